@@ -1,0 +1,80 @@
+"""Time per batch of the bare five-line loop against `Learner.fit` with its default callbacks.
+
+Both run in this process, in interleaved rounds (bare, learner, bare, learner, ...), on the same pre-batched
+data, with one thread, so that the machine's noise hits both alike. Prints the median ratio Learner/bare per
+workload. Run: python benchmarks/loop_overhead.py [--rounds N]
+"""
+import argparse
+import io
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from looplab.data import DataLoaders
+from looplab.learner import Learner
+
+
+def make_workload(n_in, hidden, n_out, bs, n_batches, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    batches = [(torch.randn(bs, n_in, generator=g), torch.randint(0, n_out, (bs,), generator=g))
+               for _ in range(n_batches)]
+    layers = []
+    sizes = [n_in, *hidden]
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    layers.append(nn.Linear(sizes[-1], n_out))
+    return batches, nn.Sequential(*layers)
+
+
+def bare_loop(model, batches, lr):
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    loss_func = nn.functional.cross_entropy
+    start = time.perf_counter()
+    for xb, yb in batches:
+        loss = loss_func(model(xb), yb)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return time.perf_counter() - start
+
+
+def learner_loop(model, batches, lr, extra_cbs=()):
+    learn = Learner(model, DataLoaders(batches, None), lr=lr, cbs=list(extra_cbs))
+    learn.progress.file = io.StringIO()  # the progress table is printed, into a buffer
+    start = time.perf_counter()
+    learn.fit(1)
+    took = time.perf_counter() - start
+    assert len(learn.recorder.losses) == len(batches)
+    return took
+
+
+def measure(name, n_in, hidden, n_out, bs, n_batches, rounds, lr=0.01):
+    batches, model = make_workload(n_in, hidden, n_out, bs, n_batches)
+    bare_loop(model, batches[:50], lr)  # warm up allocator and kernels
+    learner_loop(model, batches[:50], lr)
+    bare, learner, ratios = [], [], []
+    for _ in range(rounds):
+        b = bare_loop(model, batches, lr)
+        l = learner_loop(model, batches, lr)
+        bare.append(b / n_batches * 1e6)
+        learner.append(l / n_batches * 1e6)
+        ratios.append(l / b)
+    print(f"{name:28s} bare {statistics.median(bare):8.1f} µs/batch   learner {statistics.median(learner):8.1f} µs/batch"
+          f"   median ratio learner/bare {statistics.median(ratios):.3f}  (min {min(ratios):.3f}, max {max(ratios):.3f})")
+    return statistics.median(ratios)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, {args.rounds} interleaved rounds")
+    measure("tiny MLP 64-64-10, bs 64", 64, [64], 10, 64, 2000, args.rounds)
+    measure("medium MLP 784-512-512-10, bs 128", 784, [512, 512], 10, 128, 200, args.rounds)
+
+
+if __name__ == "__main__":
+    main()

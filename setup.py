@@ -1,0 +1,42 @@
+"Install looplab from the metadata in settings.ini (the single source of truth)."
+from configparser import ConfigParser
+from pathlib import Path
+
+import setuptools
+
+here = Path(__file__).parent
+cfg = ConfigParser(delimiters=["="])
+cfg.read(here / "settings.ini", encoding="utf-8")
+cfg = cfg["DEFAULT"]
+
+licenses = {"apache2": ("Apache Software License 2.0", "OSI Approved :: Apache Software License")}
+statuses = ["1 - Planning", "2 - Pre-Alpha", "3 - Alpha", "4 - Beta", "5 - Production/Stable", "6 - Mature", "7 - Inactive"]
+lic = licenses[cfg["license"]]
+min_python = cfg["min_python"]
+
+setuptools.setup(
+    name=cfg["lib_name"],
+    version=cfg["version"],
+    description=cfg["description"],
+    long_description=(here / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    author=cfg["author"],
+    author_email=cfg["author_email"],
+    license=lic[0],
+    url=cfg["git_url"],
+    keywords=cfg["keywords"].split(),
+    classifiers=[
+        "Development Status :: " + statuses[int(cfg["status"]) - 1],
+        "Intended Audience :: " + cfg["audience"].title(),
+        "License :: " + lic[1],
+        "Natural Language :: " + cfg["language"].title(),
+        "Programming Language :: Python :: 3",
+    ],
+    packages=setuptools.find_packages(include=[cfg["lib_path"], cfg["lib_path"] + ".*"]),
+    package_data={cfg["lib_path"]: ["assets/*"]},
+    include_package_data=True,
+    python_requires=">=" + min_python,
+    install_requires=cfg["requirements"].split(),
+    extras_require={"dev": cfg["dev_requirements"].split()},
+    zip_safe=False,
+)

@@ -1,0 +1,34 @@
+"Execute every notebook in `nbs/` in reading order and report the time each took."
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+
+def main(nbs_dir: str) -> int:
+    paths = sorted(p for p in Path(nbs_dir).glob("*.ipynb") if not p.name.startswith(("_", ".")))
+    if not paths:
+        print(f"no notebooks in {nbs_dir}", file=sys.stderr)
+        return 1
+    failed = []
+    total = 0.0
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        start = time.perf_counter()
+        try:
+            NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+            status = "ok"
+        except Exception as e:  # report every notebook, then fail at the end
+            status = f"FAILED: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}"
+            failed.append(path.name)
+        took = time.perf_counter() - start
+        total += took
+        print(f"{path.name:32s} {took:6.1f} s  {status}", flush=True)
+    print(f"{'total':32s} {total:6.1f} s  {len(paths) - len(failed)} ran, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "nbs"))

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The tutorial tour: JupyterLab on nbs/. With --headless, execute every notebook in order instead and
+# report how long each took (what a learner would see, without a browser).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+bash tools/setup_env.sh
+VENV=${VENV:-.venv}
+export PATH="$root/$VENV/bin:$PATH"
+if [ "${1:-}" = "--headless" ]; then
+  export MPLBACKEND=Agg
+  exec python tools/run_tour.py "$root/nbs"
+fi
+extra=()
+if [ "$(id -u)" = "0" ]; then extra+=(--allow-root); fi
+exec jupyter lab "${extra[@]}" --notebook-dir="$root/nbs" "$@"
