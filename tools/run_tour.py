@@ -1,4 +1,6 @@
-"Execute every notebook in `nbs/` in reading order and report the time each took."
+"""Execute every notebook in `nbs/` in reading order and report the time each took.
+
+Usage: run_tour.py [NBS_DIR] [--out DIR]   (--out: also save the executed notebooks there, to read them)"""
 import sys
 import time
 from pathlib import Path
@@ -7,7 +9,7 @@ import nbformat
 from nbclient import NotebookClient
 
 
-def main(nbs_dir: str) -> int:
+def main(nbs_dir: str, out_dir: str | None = None) -> int:
     paths = sorted(p for p in Path(nbs_dir).glob("*.ipynb") if not p.name.startswith(("_", ".")))
     if not paths:
         print(f"no notebooks in {nbs_dir}", file=sys.stderr)
@@ -25,10 +27,19 @@ def main(nbs_dir: str) -> int:
             failed.append(path.name)
         took = time.perf_counter() - start
         total += took
+        if out_dir:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, Path(out_dir) / path.name)
         print(f"{path.name:32s} {took:6.1f} s  {status}", flush=True)
     print(f"{'total':32s} {total:6.1f} s  {len(paths) - len(failed)} ran, {len(failed)} failed")
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "nbs"))
+    args = sys.argv[1:]
+    out = None
+    if "--out" in args:
+        i = args.index("--out")
+        out = args[i + 1]
+        del args[i:i + 2]
+    sys.exit(main(args[0] if args else "nbs", out))

@@ -8,8 +8,7 @@ bash tools/setup_env.sh
 VENV=${VENV:-.venv}
 export PATH="$root/$VENV/bin:$PATH"
 if [ "${1:-}" = "--headless" ]; then
-  export MPLBACKEND=Agg
-  exec python tools/run_tour.py "$root/nbs"
+  exec python tools/run_tour.py "$root/nbs" "${@:2}"
 fi
 extra=()
 if [ "$(id -u)" = "0" ]; then extra+=(--allow-root); fi
