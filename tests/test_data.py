@@ -1,0 +1,87 @@
+"EpochBatchSampler: every epoch is a permutation split into batches, a pure function of (seed, epoch), resumable."
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from looplab.data import DataLoaders, EpochBatchSampler, load_digits, make_rings
+
+sizes = st.integers(min_value=1, max_value=300)
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=sizes, bs=st.integers(1, 64), seed=st.integers(0, 2**40), epoch=st.integers(0, 1000),
+       drop_last=st.booleans())
+def test_epoch_is_a_permutation_in_batches(n, bs, seed, epoch, drop_last):
+    if drop_last and bs > n:
+        with pytest.raises(ValueError, match="no batch"):
+            EpochBatchSampler(n, bs, seed=seed, drop_last=drop_last)
+        return
+    s = EpochBatchSampler(n, bs, seed=seed, drop_last=drop_last)
+    s.set_epoch(epoch)
+    batches = list(s)
+    assert len(batches) == len(s) == s.n_batches
+    flat = [i for b in batches for i in b]
+    assert len(set(flat)) == len(flat)
+    if drop_last:
+        assert all(len(b) == bs for b in batches) and len(flat) == (n // bs) * bs
+    else:
+        assert sorted(flat) == list(range(n))
+    fresh = EpochBatchSampler(n, bs, seed=seed, drop_last=drop_last)
+    fresh.set_epoch(epoch)
+    assert list(fresh) == batches  # a pure function of (seed, epoch): no hidden global state
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=sizes, bs=st.integers(1, 32), seed=st.integers(0, 2**31), epoch=st.integers(0, 50), data=st.data())
+def test_resume_at_any_batch_gives_the_rest_of_the_epoch(n, bs, seed, epoch, data):
+    s = EpochBatchSampler(n, bs, seed=seed)
+    s.set_epoch(epoch)
+    whole = list(s)
+    k = data.draw(st.integers(0, len(whole)))
+    s.set_start_iter(k)
+    other = EpochBatchSampler(n, bs, seed=seed)
+    other.load_state_dict(s.state_dict())
+    assert list(other) == whole[k:] and len(other) == len(whole) - k
+    other.set_epoch(epoch + 1)  # a new epoch starts from its first batch
+    assert len(other) == other.n_batches
+
+
+def test_shuffle_does_not_touch_global_rng():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    list(EpochBatchSampler(100, 10, seed=5))
+    assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("kwargs, exc, fragment", [
+    (dict(n=0, bs=1), ValueError, "empty"),
+    (dict(n=5, bs=0), ValueError, "bs must be >= 1"),
+    (dict(n=5, bs=2, seed="1"), TypeError, "seed must be an int"),
+    (dict(n=5.0, bs=2), TypeError, "n must be an int"),
+])
+def test_bad_arguments(kwargs, exc, fragment):
+    with pytest.raises(exc, match=fragment):
+        EpochBatchSampler(**kwargs)
+
+
+def test_state_of_another_order_is_refused():
+    state = EpochBatchSampler(10, 2, seed=1).state_dict()
+    for other in (EpochBatchSampler(11, 2, seed=1), EpochBatchSampler(10, 3, seed=1),
+                  EpochBatchSampler(10, 2, seed=2), EpochBatchSampler(10, 2, seed=1, shuffle=False)):
+        with pytest.raises(ValueError, match="different order"):
+            other.load_state_dict(state)
+    with pytest.raises(ValueError, match="epoch must be"):
+        EpochBatchSampler(10, 2).set_epoch(-1)
+
+
+def test_dataloaders_from_tensors_and_bad_input():
+    x, y = load_digits()
+    dls = DataLoaders.from_tensors(x, y, bs=100, valid_pct=0.5, seed=0)
+    seen = torch.cat([yb for _, yb in dls.train] + [yb for _, yb in dls.valid])
+    assert torch.equal(seen.sort().values, y.sort().values)  # nothing dropped or repeated
+    with pytest.raises(ValueError, match="same length"):
+        DataLoaders.from_tensors(x, y[:-1])
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        make_rings(0)
