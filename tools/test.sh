@@ -18,6 +18,15 @@ if [ "$before" != "$after" ]; then
   exit 1
 fi
 
+echo "== 1b/3 notebooks are committed clean (nbdev_clean changes nothing)"
+before=$(cat nbs/*.ipynb | sha256sum)
+nbdev_clean
+after=$(cat nbs/*.ipynb | sha256sum)
+if [ "$before" != "$after" ]; then
+  echo "nbs/ had notebooks that were not clean: nbdev_clean has now cleaned them. Commit them (or run nbdev_install_hooks)." >&2
+  exit 1
+fi
+
 echo "== 2/3 nbdev_test on every notebook"
 mapfile -t nbs < <(ls "$root"/nbs/*.ipynb)
 if [ "${#nbs[@]}" -eq 0 ]; then echo "no notebooks found in $root/nbs" >&2; exit 1; fi
