@@ -1,0 +1,239 @@
+"""The live plots in a real browser: JupyterLab runs notebook 05 in headless Chromium, and the plots must render
+and move while the model trains.
+
+Jupyter runs on 127.0.0.1 with a token, with config, data, runtime and settings directories of its own, on a copy of
+the notebook (so that autosave never writes into nbs/). Chromium is the system's (`/usr/bin/chromium`), driven by
+the `playwright` package with a fresh profile. Screenshots and the plots' pictures go to test-output/browser/.
+Every process this test starts is ended by its PID (the server's process group, then the kernels it started).
+"""
+import base64
+import io
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+OUT = ROOT / "test-output" / "browser"
+NOTEBOOK = "05_live_plots.ipynb"
+MARKER = "# the live demo"  # the first line of the cell that trains with both live plots
+DEMO_EPOCHS = "150"  # long enough (several seconds) to see the plots at two moments during training
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SETTINGS = {  # JupyterLab user settings: every cell stays in the page, no news, no update checks
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": '{"windowingMode": "none"}',
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+        '{"checkForUpdates": false, "fetchNews": "false", "doNotDisturbMode": true}',
+}
+
+NOTEBOOK_JS = "window.jupyterapp.shell.currentWidget"
+STATE_JS = f"""() => {{
+  const panel = {NOTEBOOK_JS};
+  const cells = panel.content.widgets.filter(c => c.model.type === 'code');
+  const busy = cells.some(c => (c.node.querySelector('.jp-InputPrompt')?.textContent || '').includes('*'));
+  const errors = cells.flatMap(c => c.model.outputs.toJSON().filter(o => o.output_type === 'error')
+                                     .map(o => o.ename + ': ' + o.evalue));
+  const missing = cells.filter(c => c.model.executionCount === null).length;
+  const kernel = panel.sessionContext.session?.kernel?.status || 'none';
+  return {{busy, errors, missing, kernel, n_cells: cells.length}};
+}}"""
+DEMO_JS = f"""() => {{
+  const cell = {NOTEBOOK_JS}.content.widgets.find(c => c.model.sharedModel.getSource().includes({MARKER!r}));
+  if (!cell) return null;
+  return {{  // a queued cell shows [*] too, but only a running one has outputs
+    running: (cell.node.querySelector('.jp-InputPrompt')?.textContent || '').includes('*'),
+    images: Array.from(cell.node.querySelectorAll('.jp-OutputArea-output img')).map(img => img.src),
+    progress_bars: cell.node.querySelectorAll('.widget-hprogress').length,  // ipywidgets' IntProgress
+  }};
+}}"""
+
+
+def require_chromium() -> None:
+    "Skip without Chromium, except under CI, where a missing browser is a failure."
+    if CHROMIUM.exists():
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{CHROMIUM} is missing, and CI is set: the browser test must run in CI "
+                    "(apt-get install -y chromium chromium-driver)")
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium chromium-driver); outside CI the browser test "
+                "is skipped")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def descendants(pid: int) -> list[int]:
+    "The PIDs of every process below `pid`, from /proc."
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found = []
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, pp in parents.items() if pp == parent]
+        found.extend(children)
+        frontier.extend(children)
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def stop(proc: subprocess.Popen) -> None:
+    "End the server's process group by its PID, then any kernel it started that outlived it."
+    children = {pid: cmdline(pid) for pid in descendants(proc.pid)}
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server shuts its kernels down on SIGTERM
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    for pid, command in children.items():
+        if command and cmdline(pid) == command:  # still the same process: not a reused PID
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def jupyter(tmp_path):
+    "A JupyterLab server on a copy of notebook 05; yields (url of the notebook, the server's log path)."
+    require_chromium()
+    root = tmp_path / "nbs"
+    root.mkdir()
+    shutil.copy(ROOT / "nbs" / NOTEBOOK, root / NOTEBOOK)
+    settings = tmp_path / "lab-settings"
+    for name, text in SETTINGS.items():
+        (settings / name).parent.mkdir(parents=True, exist_ok=True)
+        (settings / name).write_text(text)
+    port = free_port()
+    token = secrets.token_hex(16)
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_DATA_DIR=str(tmp_path / "data"),
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(settings),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), IPYTHONDIR=str(tmp_path / "ipython"),
+               LOOPLAB_DEMO_EPOCHS=DEMO_EPOCHS, PYTHONUNBUFFERED="1")
+    for name in ("IN_TEST", "MPLBACKEND"):  # the kernel must behave as a learner's: a frontend, inline figures
+        env.pop(name, None)
+    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+               "--port-retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+               "--expose-app-in-browser", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+               "--LabApp.news_url=None"]
+    if os.geteuid() == 0:
+        command.append("--allow-root")
+    log_path = tmp_path / "jupyter.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"jupyter lab did not answer in 60 s:\n{log_path.read_text()[-3000:]}")
+                time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}", log_path
+    finally:
+        stop(proc)
+
+
+def pixels(src: str) -> np.ndarray:
+    "The pixels of an <img> whose src is a data: URL of a PNG."
+    assert src.startswith("data:image/png;base64,"), src[:60]
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).convert("RGB"))
+
+
+def save_png(src: str, name: str) -> None:
+    Image.fromarray(pixels(src)).save(OUT / name)
+
+
+def wait_for(page, what, predicate, timeout: float, log_path: Path):
+    "Poll DEMO_JS or STATE_JS until `predicate` holds; fail with the state and the server log after `timeout` s."
+    deadline = time.monotonic() + timeout
+    while True:
+        state = page.evaluate(what)
+        if predicate(state):
+            return state
+        if time.monotonic() > deadline:
+            page.screenshot(path=str(OUT / "timeout.png"))
+            shown = {key: [src[:40] + "..." for src in value] if key == "images" else value
+                     for key, value in (state or {}).items()}
+            pytest.fail(f"timed out after {timeout} s; last state {shown}\n{log_path.read_text()[-2000:]}")
+        time.sleep(0.1)
+
+
+def test_live_plots_render_and_move_in_jupyterlab(jupyter):
+    from playwright.sync_api import sync_playwright
+    url, log_path = jupyter
+    OUT.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(log_path.parent / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=FLAGS,
+            viewport={"width": 1280, "height": 1000})
+        try:
+            page = context.pages[0] if context.pages else context.new_page()
+            page.goto(url, timeout=60_000)
+            page.wait_for_function(f"() => {NOTEBOOK_JS}?.sessionContext?.session?.kernel?.status === 'idle'",
+                                   timeout=90_000)
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # not awaited
+
+            first = wait_for(page, DEMO_JS, lambda s: s and s["running"] and len(s["images"]) >= 2, 100, log_path)
+            page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "moment1.png"))
+            assert first["progress_bars"] == 1, "the progress bar widget did not render"
+            loss1, lr1 = first["images"][:2]
+            # the second moment: both pictures redrawn (a plot may wait up to ~2 s after a slow first draw)
+            second = wait_for(page, DEMO_JS, lambda s: not s["running"] or (s["images"][0] != loss1
+                                                                         and s["images"][1] != lr1), 30, log_path)
+            page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "moment2.png"))
+            assert second["running"], (f"training ended before both plots were redrawn: raise DEMO_EPOCHS "
+                                       f"({DEMO_EPOCHS}) so that two moments fall during training")
+            loss2, lr2 = second["images"][:2]
+            save_png(loss1, "loss_moment1.png")
+            save_png(loss2, "loss_moment2.png")
+            save_png(lr1, "lr_moment1.png")
+            save_png(lr2, "lr_moment2.png")
+            assert pixels(loss1).shape == pixels(loss2).shape and pixels(lr1).shape == pixels(lr2).shape
+            assert (pixels(loss1) != pixels(loss2)).any(), "the loss plot did not change during training"
+            assert (pixels(lr1) != pixels(lr2)).any(), "the LR plot did not change during training"
+
+            done = wait_for(page, STATE_JS, lambda s: not s["busy"] and s["kernel"] == "idle"
+                            and (s["missing"] == 0 or s["errors"]), 100, log_path)
+            assert not done["errors"], f"cells raised: {done['errors']}"
+            assert done["missing"] == 0 and done["n_cells"] > 20
+            final = page.evaluate(DEMO_JS)
+            save_png(final["images"][0], "loss_final.png")
+            save_png(final["images"][1], "lr_final.png")
+            assert (pixels(final["images"][0]) != pixels(loss2)).any()
+            page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "final.png"))
+            page.screenshot(path=str(OUT / "page.png"))
+        finally:
+            context.close()

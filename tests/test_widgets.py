@@ -1,0 +1,632 @@
+"""Headless behaviour of looplab.widgets: text fallback, off-screen drawing, throttling, bad input, robustness."""
+import io
+import math
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+from torch import nn
+from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
+
+import looplab.widgets as widgets
+from looplab.callback import Callback, CallbackError
+from looplab.data import DataLoaders
+from looplab.learner import Learner, set_seed
+from looplab.metrics import Accuracy
+from looplab.widgets import (LivePlotWarning, LiveFigure, LossPlot, LRPlot, ProgressLine, SamplerPlot, Throttle,
+                             compare_runs, dry_run_scheduler, in_notebook, served)
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def make_dls(n=256, bs=16, valid=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    y = (x[:, 0] > 0).long()
+    batches = [(x[i:i + bs], y[i:i + bs]) for i in range(0, n, bs)]
+    return DataLoaders(batches, batches[:4] if valid else None)
+
+
+def make_learner(dls=None, opt_func=torch.optim.SGD, lr=0.1, **kwargs):
+    set_seed(0)
+    learn = Learner(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)), dls or make_dls(), lr=lr,
+                    opt_func=opt_func, **kwargs)
+    learn.progress.file = io.StringIO()
+    return learn
+
+
+class Every(Callback):
+    "Calls `fn(learn)` at every training batch's on_batch_begin, counting them."
+    def __init__(self, fn):
+        self.fn = fn
+        self.n = 0
+
+    def on_batch_begin(self):
+        if self.learn.training:
+            self.n += 1
+            self.fn(self)
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+class FakeShell:
+    "Stands for an IPython shell, so that the widget code paths run; IPython's display prints outside a kernel."
+
+
+@pytest.fixture
+def always_due(monkeypatch):
+    "Make every throttle due at every batch: the tests then do not depend on how fast this machine draws."
+    monkeypatch.setattr(Throttle, "due", lambda self: True)
+
+
+@pytest.fixture
+def notebook_like(monkeypatch):
+    "Make looplab.widgets believe it runs in a notebook with a frontend (widgets are created, display prints)."
+    monkeypatch.setattr(widgets, "_shell", lambda: FakeShell())
+    monkeypatch.setattr(widgets, "in_notebook", lambda: True)
+    monkeypatch.delenv("IN_TEST", raising=False)
+
+
+# --- where are we ---------------------------------------------------------------------------------------------
+
+def test_a_plain_script_is_text_mode_and_never_imports_ipython_or_ipywidgets(tmp_path):
+    script = f"""
+import io, sys, torch
+from torch import nn
+from looplab.data import DataLoaders
+from looplab.learner import Learner
+from looplab.widgets import LossPlot, LRPlot, in_notebook
+x = torch.randn(64, 4); y = (x[:, 0] > 0).long()
+batches = [(x[i:i + 8], y[i:i + 8]) for i in range(0, 64, 8)]
+learn = Learner(nn.Linear(4, 2), DataLoaders(batches, batches[:2]), lr=0.1)
+loss_plot = LossPlot()
+lr_plot = LRPlot(sched_fn=lambda pct: 0.1 * (1 - pct))
+learn.fit(2, cbs=[loss_plot, lr_plot])
+assert not in_notebook() and loss_plot.live is None and lr_plot.live is None
+assert "ipywidgets" not in sys.modules and "IPython" not in sys.modules
+loss_plot.save(r"{tmp_path / 'loss.png'}")
+lr_plot.save(r"{tmp_path / 'lr.png'}")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "LossPlot: 16 training batches" in out.stdout
+    assert "\r" not in out.stdout  # not a terminal: no line rewritten in place
+    for name in ("loss.png", "lr.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG
+
+
+def test_in_test_means_no_frontend(monkeypatch):
+    monkeypatch.setattr(widgets, "_shell", lambda: type("Kernelish", (), {"kernel": object()})())
+    monkeypatch.delenv("IN_TEST", raising=False)
+    assert in_notebook()
+    monkeypatch.setenv("IN_TEST", "1")
+    assert not in_notebook()
+
+
+# --- throttle, progress line, helpers -------------------------------------------------------------------------
+
+def test_throttle_spaces_work_by_every_ms_and_by_its_cost():
+    now = [10.0]
+    throttle = Throttle(every_ms=100, max_overhead=0.1, clock=lambda: now[0])
+    throttle.start()
+    assert not throttle.due()
+    now[0] = 10.1
+    assert throttle.due()
+    throttle.done(started=10.05)  # 50 ms of work at 10 %: next in 500 ms
+    now[0] = 10.59
+    assert not throttle.due()
+    now[0] = 10.6
+    assert throttle.due()
+
+
+@pytest.mark.parametrize("kwargs, words", [({"every_ms": 0}, ["every_ms", "0"]), ({"every_ms": "fast"}, ["'fast'"]),
+                                           ({"every_ms": True}, ["True"]), ({"max_overhead": 0}, ["max_overhead"]),
+                                           ({"max_overhead": 1.5}, ["1.5"])])
+def test_throttle_refuses_bad_arguments(kwargs, words):
+    with pytest.raises(ValueError) as info:
+        Throttle(**kwargs)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_progress_line_rewrites_in_place_on_a_terminal_only():
+    term = FakeTerminal()
+    line = ProgressLine(term)
+    line.update("a long line")
+    line.update("short")
+    assert term.getvalue() == "\ra long line\rshort      "
+    log = io.StringIO()
+    line = ProgressLine(log)
+    line.update("a long line")
+    line.finish("end")
+    assert log.getvalue() == "end\n"
+
+
+@given(st.floats(-1e6, 1e6), st.floats(0, 1e6), st.booleans())
+def test_grown_limits_hold_the_range_and_are_stable(lo, extent, log):
+    hi = lo + extent
+    if log:
+        lo = abs(lo) + 1e-6
+        hi = lo + extent
+    limits = widgets._grown_limits(None, lo, hi, log)
+    assert limits[0] <= lo and hi <= limits[1]
+    assert widgets._grown_limits(limits, lo, hi, log) == limits  # nothing new: the background is kept
+
+
+@given(st.lists(st.floats(0, 10), min_size=1, max_size=60), st.integers(0, 60), st.floats(0, 0.999))
+def test_incremental_smoothing_equals_smoothing_at_once(losses, cut, beta):
+    cut = min(cut, len(losses))
+    whole, _ = widgets._smooth(losses, beta)
+    first, avg = widgets._smooth(losses[:cut], beta)
+    rest, _ = widgets._smooth(losses[cut:], beta, avg, cut)
+    np.testing.assert_allclose(first + rest, whole)
+
+
+# --- the live figure ------------------------------------------------------------------------------------------
+
+def test_live_figure_blits_and_blitting_draws_what_a_full_draw_draws():
+    live = LiveFigure(figsize=(3, 2))
+    ax = live.fig.add_subplot()
+    line, = ax.plot([], [])
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    live.animate(line)
+    for n in range(1, 6):
+        line.set_data(range(n), range(n))
+        live.draw()
+    assert (live.n_draws, live.n_full_draws) == (5, 1)
+    assert live.handle is None  # no IPython here: nothing to show the picture in
+    blitted = np.asarray(Image.open(io.BytesIO(live.png)))
+    live.invalidate()
+    full = np.asarray(Image.open(io.BytesIO(live.render())))
+    assert (blitted == full).all()
+    ax.set_xlim(0, 20)
+    live.render()
+    assert live.n_full_draws == 3
+
+
+# --- LossPlot -------------------------------------------------------------------------------------------------
+
+def test_loss_plot_text_mode_matches_the_recorder_and_prints_one_summary_line():
+    learn = make_learner(metrics=[Accuracy()])
+    out = io.StringIO()
+    plot = LossPlot(file=out)
+    learn.fit(3, cbs=plot)
+    assert plot.live is None
+    assert plot.losses == learn.recorder.losses
+    assert plot.smooth == learn.recorder.smooth_losses()
+    assert plot.valid_steps == [16, 32, 48]
+    assert plot.valid_losses == [row["valid_loss"] for row in learn.recorder.values]
+    assert out.getvalue().count("\n") == 1 and out.getvalue().startswith("LossPlot: 48 training batches")
+
+
+def test_loss_plot_on_a_terminal_rewrites_a_progress_line_with_time_left(always_due):
+    learn = make_learner()
+    term = FakeTerminal()
+    plot = LossPlot(file=term)
+    learn.fit(2, cbs=plot)
+    text = term.getvalue()
+    lines = text.split("\r")
+    assert re.fullmatch(r"epoch 1/2 · batch \d+/16 · loss \d\.\d{4} · 0:00 elapsed · 0:\d\d left", lines[1])
+    assert any(line.startswith("epoch 2/2 · batch ") for line in lines)  # the budget spaces them out
+    assert lines[-2].strip() == "" and lines[-1].startswith("LossPlot: 32 training batches")  # blanked, then finished
+
+
+def test_loss_plot_widget_mode_without_frontend_draws_off_screen_and_blits(always_due):
+    learn = make_learner(dls=make_dls(n=1024))
+    plot = LossPlot(mode="widget", log=True)
+    learn.fit(2, cbs=plot)
+    assert plot.bar is None and plot.live.handle is None  # nothing to show widgets in
+    assert plot.live.n_draws > 20
+    assert plot.live.n_full_draws < plot.live.n_draws / 4  # the background is rarely redrawn
+    assert plot.losses == learn.recorder.losses
+    assert Image.open(io.BytesIO(plot.live.png)).size == (560, 280)
+
+
+def test_loss_plot_syncs_nothing_between_draws(monkeypatch):
+    learn = make_learner()
+    plot = LossPlot(mode="widget", every_ms=1e9)  # never due during training
+    flushes = []
+    original = learn.recorder.flush
+    monkeypatch.setattr(learn.recorder, "flush", lambda: (flushes.append(learn.training), original())[1])
+    learn.fit(2, cbs=plot)
+    assert plot.live.n_draws == 1  # the final draw, always
+    assert len(plot.losses) == 32
+    assert flushes and not any(flushes)  # losses were converted only outside training batches
+
+
+def test_loss_plot_second_fit_draws_only_its_own_batches():
+    learn = make_learner()
+    learn.fit(1)
+    plot = LossPlot(mode="widget")
+    learn.fit(1, cbs=plot)
+    assert plot.losses == learn.recorder.losses[16:]
+
+
+def test_loss_plot_survives_non_finite_losses(always_due):
+    calls = [0]
+
+    def sometimes_nan(preds, yb):
+        calls[0] += 1
+        loss = nn.functional.cross_entropy(preds, yb)
+        if calls[0] % 5 == 0:
+            return torch.full_like(loss, math.nan) + 0 * loss  # a NaN value whose gradient is 0
+        return loss
+
+    learn = make_learner(loss_func=sometimes_nan)
+    plot = LossPlot(mode="widget")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LivePlotWarning)
+        learn.fit(1, cbs=plot)
+    assert sum(math.isnan(v) for v in plot.losses) == 3 and plot.live.n_draws > 1
+    low, high = plot.live.fig.axes[0].get_ylim()
+    assert math.isfinite(low) and math.isfinite(high)
+    assert plot._repr_png_()[:8] == PNG
+
+
+def test_loss_plot_with_a_loader_without_length(always_due):
+    batches = make_dls().train
+
+    class Stream:
+        def __iter__(self):
+            return iter(batches)
+
+    learn = make_learner(dls=DataLoaders(Stream(), None))
+    plot = LossPlot(mode="widget")
+    learn.fit(2, cbs=plot)
+    assert plot._total is None and len(plot.losses) == 32
+    assert plot.live.fig.axes[0].get_xlim()[1] >= 32
+
+
+def test_loss_plot_fit_zero_epochs_and_plot_before_training():
+    learn = make_learner()
+    out = io.StringIO()
+    plot = LossPlot(file=out)
+    learn.fit(0, cbs=plot)
+    assert out.getvalue() == "LossPlot: no training batch\n"
+    with pytest.raises(ValueError, match="nothing to plot yet"):
+        plot.save("never.png")
+    assert plot._repr_png_() is None
+    widget = LossPlot(mode="widget")
+    learn.fit(0, cbs=widget)
+    assert widget.live.n_draws == 0
+
+
+def test_loss_plot_without_recorder_says_so_and_does_not_hide_it():
+    learn = make_learner()
+    learn.remove_cbs(learn.recorder)
+    with pytest.raises(CallbackError, match="Recorder is not attached"):
+        learn.fit(1, cbs=LossPlot())
+
+
+@pytest.mark.parametrize("kwargs, words", [({"beta": 1}, ["beta"]), ({"beta": -0.1}, ["beta"]),
+                                           ({"mode": "gui"}, ["mode", "'gui'"]), ({"every_ms": 0}, ["every_ms"])])
+def test_loss_plot_refuses_bad_arguments(kwargs, words):
+    with pytest.raises(ValueError) as info:
+        LossPlot(**kwargs)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_loss_plot_in_a_notebook_shows_a_progress_bar_that_ends_full(notebook_like, capsys):
+    learn = make_learner()
+    plot = LossPlot()
+    learn.fit(2, cbs=plot)
+    assert plot.live is not None and plot.bar is not None
+    assert plot.bar.max == 32 and plot.bar.value == 32 and plot.bar.bar_style == "success"
+    assert plot.label.value.startswith("32 training batches in ")
+
+
+def test_closing_the_widgets_during_training_does_not_stop_it(notebook_like, capsys, always_due):
+    import ipywidgets
+    learn = make_learner()
+    plot = LossPlot()
+    closer = Every(lambda cb: plot.close() if cb.n == 3 else None)
+    learn.fit(1, cbs=[plot, closer])
+    assert len(plot.losses) == 16 and closer.n == 16
+    plot2 = LossPlot()
+    closer = Every(lambda cb: ipywidgets.Widget.close_all() if cb.n == 3 else None)  # a frontend gone
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LivePlotWarning)
+        learn.fit(1, cbs=[plot2, closer])
+    assert len(plot2.losses) == 16 and plot2.live.n_draws > 3
+
+
+def test_a_failing_display_warns_once_and_training_goes_on(notebook_like, capsys, always_due):
+    learn = make_learner()
+    plot = LossPlot()
+
+    class GoneHandle:
+        def update(self, obj):
+            raise ConnectionError("the frontend went away")
+
+    breaker = Every(lambda cb: setattr(plot.live, "handle", GoneHandle()) if cb.n == 2 else None)
+    with pytest.warns(LivePlotWarning, match="the frontend went away") as record:
+        learn.fit(2, cbs=[plot, breaker])
+    assert len(record) == 1
+    assert breaker.n == 32 and len(plot.losses) == 32
+    assert plot.plot().axes[0].lines[0].get_xdata().size == 32  # the data are all there
+
+
+# --- LRPlot ---------------------------------------------------------------------------------------------------
+
+class TorchScheduler(Callback):
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+
+    def on_train_begin(self):
+        self.sched = self.scheduler(self.learn.opt)
+
+    def on_step_end(self):
+        self.sched.step()
+
+
+class FnScheduler(Callback):
+    "Sets every group's LR from sched_fn(pct) before each training step, pct = step / n_steps."
+    def __init__(self, sched_fn):
+        self.sched_fn = sched_fn
+
+    def on_train_begin(self):
+        self.n_steps = self.learn.n_epochs * len(self.learn.dls.train)
+        self.step = 0
+
+    def on_batch_begin(self):
+        if self.learn.training:
+            for group in self.learn.opt.param_groups:
+                group["lr"] = self.sched_fn(self.step / self.n_steps)
+            self.step += 1
+
+
+def two_group_adam(params, lr):
+    params = list(params)
+    return torch.optim.Adam([{"params": params[:2], "lr": lr}, {"params": params[2:], "lr": lr / 10}])
+
+
+def test_lr_plot_dry_run_predicts_training_exactly_for_every_group():
+    learn = make_learner(opt_func=two_group_adam, lr=0.01)
+    learn.create_opt()
+    step_lr = lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
+    plot = LRPlot(scheduler=step_lr, n_steps=48, opt=learn.opt)
+    assert set(plot.planned["lr"]) == {"plan (scheduler, group 0)", "plan (scheduler, group 1)"}
+    learn.fit(3, cbs=[plot, TorchScheduler(step_lr)])
+    assert plot.lrs == [plot.planned["lr"]["plan (scheduler, group 0)"], plot.planned["lr"]["plan (scheduler, group 1)"]]
+    assert plot.lrs[0][:11] == [0.01] * 10 + [0.005]
+    assert plot.moms == [[0.9] * 48, [0.9] * 48]  # Adam's betas[0]
+
+
+def test_lr_plot_plans_a_function_of_progress_at_train_begin_and_matches_it(always_due):
+    learn = make_learner()
+    cosine = lambda pct: 0.05 + 0.05 * math.cos(math.pi * pct)
+    plot = LRPlot(sched_fn=cosine, mode="widget")
+    learn.fit(2, cbs=[plot, FnScheduler(cosine)])
+    assert plot.n_steps == 32
+    assert plot.lrs == [plot.planned["lr"]["plan (sched_fn)"]]
+    assert plot.live.n_draws > 1 and plot.live.png[:8] == PNG
+    assert plot.moms == [[0.0] * 32]  # SGD without momentum still has a momentum of 0
+
+
+def test_lr_plot_without_plan_draws_what_was_used():
+    learn = make_learner()
+    plot = LRPlot()
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plot.plot()
+    assert plot._repr_png_() is None
+    learn.fit(1, cbs=plot)
+    assert plot.lrs == [[0.1] * 16] and plot.planned == {"lr": {}, "mom": {}}
+    assert plot._repr_png_()[:8] == PNG
+
+
+def test_lr_plot_needs_n_steps_when_the_loader_has_no_length():
+    batches = make_dls().train
+
+    class Stream:
+        def __iter__(self):
+            return iter(batches)
+
+    learn = make_learner(dls=DataLoaders(Stream(), None))
+    with pytest.raises(CallbackError, match="n_steps"):
+        learn.fit(1, cbs=LRPlot(sched_fn=lambda pct: 0.1))
+    plot = LRPlot(sched_fn=lambda pct: 0.1, n_steps=16)
+    learn.fit(1, cbs=plot)
+    assert len(plot.lrs[0]) == 16
+
+
+def test_dry_run_never_touches_the_real_optimizer_or_model():
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    torch.optim.lr_scheduler.StepLR(opt, step_size=1)  # the real optimizer already has a scheduler
+    model(torch.ones(2, 3)).sum().backward()  # and gradients waiting
+    weights = [p.detach().clone() for p in model.parameters()]
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    plan = dry_run_scheduler(lambda o: torch.optim.lr_scheduler.ExponentialLR(o, gamma=0.5), opt, 4)
+    assert plan["lr"] == [[0.1, 0.05, 0.025, 0.0125]] and plan["mom"] == [[0.9] * 4]
+    assert all(torch.equal(w, p) for w, p in zip(weights, model.parameters()))
+    assert [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] == groups
+    assert not opt.state
+
+
+def test_dry_run_works_for_an_optimizer_with_required_arguments():
+    class PlainSGD(torch.optim.Optimizer):
+        def __init__(self, params, lr, wd):
+            super().__init__(params, {"lr": lr, "wd": wd})
+
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.data.add_(p.grad, alpha=-group["lr"])
+
+    opt = PlainSGD(nn.Linear(2, 1).parameters(), lr=1.0, wd=0.1)
+    plan = dry_run_scheduler(lambda o: torch.optim.lr_scheduler.LinearLR(o, 0.5, 1.0, total_iters=2), opt, 3)
+    assert plan["lr"][0] == pytest.approx([0.5, 0.75, 1.0]) and plan["mom"] is None
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda opt: dry_run_scheduler(torch.optim.lr_scheduler.StepLR(opt, 1), opt, 3), TypeError, ["lambda opt"]),
+    (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.StepLR(o, 1), "sgd", 3), TypeError, ["opt", "str"]),
+    (lambda opt: dry_run_scheduler(lambda o: None, opt, 3), TypeError, ["step()", "NoneType"]),
+    (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.StepLR(o, 1), opt, 2.5), ValueError, ["n_steps", "2.5"]),
+    (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.OneCycleLR(o, 1.0, total_steps=5), opt, 7),
+     ValueError, ["step 6", "n_steps=7"]),
+    (lambda opt: LRPlot(scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 1), n_steps=4).plan(), ValueError, ["opt="]),
+    (lambda opt: LRPlot(mom_fn=3), TypeError, ["mom_fn", "3"]),
+    (lambda opt: LRPlot(n_steps=0), ValueError, ["n_steps", "0"]),
+])
+def test_lr_plot_bad_input(call, error, words):
+    opt = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)
+    with pytest.raises(error) as info:
+        call(opt)
+    for word in words:
+        assert word in str(info.value)
+
+
+# --- SamplerPlot ----------------------------------------------------------------------------------------------
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 7), st.booleans(), st.integers(1, 3))
+def test_sampler_plot_serves_what_the_batch_sampler_yields(n, bs, drop_last, n_epochs):
+    sampler = BatchSampler(SequentialSampler(range(n)), bs, drop_last)
+    if len(sampler) == 0:
+        with pytest.raises(ValueError, match="length 0"):
+            SamplerPlot(sampler)
+        return
+    plot = SamplerPlot(sampler, n_epochs=n_epochs)
+    assert plot.steps == [[list(sampler)] * n_epochs]
+    assert plot._offsets == [len(sampler) * e for e in range(n_epochs + 1)]
+
+
+def test_sampler_plot_calls_set_epoch_for_every_epoch_and_rank():
+    calls = []
+
+    class Recording(SequentialSampler):
+        def __init__(self, rank):
+            super().__init__(range(4))
+            self.rank = rank
+
+        def set_epoch(self, epoch):
+            calls.append((self.rank, epoch))
+
+    SamplerPlot(lambda rank: Recording(rank), n_ranks=2, n_epochs=3)
+    assert calls == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+
+
+def test_distributed_ranks_split_each_epoch_without_overlap():
+    make = lambda rank: DistributedSampler(range(30), num_replicas=3, rank=rank, shuffle=True, seed=1)
+    plot = SamplerPlot([make(r) for r in range(3)], n_epochs=2, kind="grid")
+    for epoch in range(2):
+        seen = [i for rank in plot.steps for step in rank[epoch] for i in step]
+        assert sorted(seen) == list(range(30))
+    fig = plot.plot()
+    assert len(fig.axes) == 4  # three ranks and the colour bar
+
+
+class LenRaises:
+    def __len__(self):
+        raise TypeError("no length")
+
+    def __iter__(self):
+        return iter(range(100))
+
+
+class NoLen:
+    def __iter__(self):
+        i = 0
+        while True:
+            yield i
+            i += 1
+
+
+class Flagged:
+    "Has a length (of one pass) but repeats forever, and says so."
+    infinite = True
+
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        while True:
+            yield from range(3)
+
+
+@pytest.mark.parametrize("sampler", [LenRaises(), NoLen(), Flagged()])
+def test_infinite_samplers_need_n_steps(sampler):
+    with pytest.raises(ValueError, match="infinite.*n_steps"):
+        SamplerPlot(sampler)
+    plot = SamplerPlot(sampler, n_steps=5)
+    assert len(plot.steps[0][0]) == 5
+
+
+def test_sampler_plot_skip_fades_and_marks_the_resume_point(tmp_path):
+    sampler = BatchSampler(RandomSampler(range(10), generator=torch.Generator().manual_seed(0)), 4, drop_last=False)
+    plot = SamplerPlot(sampler, n_epochs=2, skip=4)
+    assert plot._offsets == [0, 3, 6]
+    assert [plot._skipped_items(0, e) for e in (0, 1)] == [10, 4]
+    fig = plot.plot()
+    assert any(line.get_color() == "red" for line in fig.axes[0].lines)
+    assert plot.save(tmp_path / "order.png").read_bytes()[:8] == PNG
+    assert SamplerPlot(sampler, n_epochs=2, skip=4, kind="grid").save(tmp_path / "grid.png", epoch=1).exists()
+
+
+@pytest.mark.parametrize("args, kwargs, error, words", [
+    ((SequentialSampler(range(0)),), {}, ValueError, ["rank 0", "length 0"]),
+    (([],), {}, ValueError, ["empty"]),
+    ((lambda rank: SequentialSampler(range(3)),), {}, ValueError, ["n_ranks"]),
+    ((SequentialSampler(range(3)),), {"n_ranks": 2}, ValueError, ["n_ranks=2"]),
+    ((SequentialSampler(range(3)),), {"n_epochs": 0}, ValueError, ["n_epochs"]),
+    ((SequentialSampler(range(3)),), {"skip": -1}, ValueError, ["skip"]),
+    ((SequentialSampler(range(3)),), {"kind": "heatmap"}, ValueError, ["kind", "'heatmap'"]),
+    ((SequentialSampler(range(3)),), {"n_steps": 0}, ValueError, ["n_steps"]),
+    ((42,), {}, TypeError, ["iterable", "int"]),
+    (([["x"]],), {}, TypeError, ["'x'"]),
+])
+def test_sampler_plot_bad_input(args, kwargs, error, words):
+    with pytest.raises(error) as info:
+        SamplerPlot(*args, **kwargs)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_served_accepts_tensors_and_numpy_indices():
+    assert served([torch.tensor([1, 2]), np.int64(3)]) == [[1, 2], [3]]
+
+
+def test_sampler_plot_show_outside_ipython_says_what_to_do(capsys):
+    SamplerPlot(SequentialSampler(range(3))).show()
+    assert "save(path)" in capsys.readouterr().err
+
+
+# --- compare_runs ---------------------------------------------------------------------------------------------
+
+def test_compare_runs_takes_learners_recorders_and_state_dicts(tmp_path):
+    runs = {}
+    for lr in (0.05, 0.5):
+        learn = make_learner(lr=lr, metrics=[Accuracy()])
+        learn.fit(2)
+        runs[f"lr={lr}"] = learn
+    runs["recorder"] = runs["lr=0.05"].recorder
+    runs["state"] = {"losses": torch.tensor(runs["lr=0.5"].recorder.losses), "values": runs["lr=0.5"].recorder.values}
+    fig = compare_runs(runs, log=True)
+    assert [ax.get_title() for ax in fig.axes] == ["train loss (smoothed, β=0.98)", "valid loss", "accuracy"]
+    assert all(len(ax.lines) == 4 for ax in fig.axes)
+    assert fig.axes[0].get_yscale() == "log"
+    fig.savefig(tmp_path / "compare.png")
+    assert (tmp_path / "compare.png").read_bytes()[:8] == PNG
+
+
+def test_compare_runs_bad_input():
+    with pytest.raises(ValueError, match="non-empty"):
+        compare_runs({})
+    with pytest.raises(TypeError, match="'x'"):
+        compare_runs({"x": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="'fresh' has no training batch"):
+        compare_runs({"fresh": make_learner()})
