@@ -9,9 +9,8 @@ cfg = ConfigParser(delimiters=["="])
 cfg.read(here / "settings.ini", encoding="utf-8")
 cfg = cfg["DEFAULT"]
 
-licenses = {"apache2": ("Apache Software License 2.0", "OSI Approved :: Apache Software License")}
+licenses = {"apache2": "Apache-2.0"}  # settings.ini's nbdev name → SPDX expression
 statuses = ["1 - Planning", "2 - Pre-Alpha", "3 - Alpha", "4 - Beta", "5 - Production/Stable", "6 - Mature", "7 - Inactive"]
-lic = licenses[cfg["license"]]
 min_python = cfg["min_python"]
 
 setuptools.setup(
@@ -22,13 +21,12 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     author=cfg["author"],
     author_email=cfg["author_email"],
-    license=lic[0],
+    license=licenses[cfg["license"]],
     url=cfg["git_url"],
     keywords=cfg["keywords"].split(),
     classifiers=[
         "Development Status :: " + statuses[int(cfg["status"]) - 1],
         "Intended Audience :: " + cfg["audience"].title(),
-        "License :: " + lic[1],
         "Natural Language :: " + cfg["language"].title(),
         "Programming Language :: Python :: 3",
     ],

@@ -30,7 +30,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 OUT = ROOT / "test-output" / "browser"
 NOTEBOOK = "05_live_plots.ipynb"
 MARKER = "# the live demo"  # the first line of the cell that trains with both live plots
-DEMO_EPOCHS = "150"  # long enough (several seconds) to see the plots at two moments during training
+DEMO_EPOCHS = "500"  # long enough (over ten seconds) to see the plots at two moments during training
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SETTINGS = {  # JupyterLab user settings: every cell stays in the page, no news, no update checks
