@@ -8,24 +8,26 @@ VENV=${VENV:-.venv}
 export PATH="$root/$VENV/bin:$PATH"
 export MPLBACKEND=Agg
 
-echo "== 1/3 nbdev_export changes nothing"
-before=$(cat looplab/*.py | sha256sum)
-nbdev_export
-after=$(cat looplab/*.py | sha256sum)
-if [ "$before" != "$after" ]; then
-  echo "looplab/ was not what nbs/ exports: nbdev_export has rewritten it. Commit the exported package." >&2
-  git status --short -- looplab >&2 || true
-  exit 1
-fi
+# unchanged_by MESSAGE CMD FILES... : run CMD; fail with MESSAGE if it changed any of FILES.
+unchanged_by() {
+  local message=$1 cmd=$2
+  shift 2
+  local before after
+  before=$(cat "$@" | sha256sum)
+  "$cmd"
+  after=$(cat "$@" | sha256sum)
+  if [ "$before" != "$after" ]; then
+    echo "$message" >&2
+    git status --short -- "$@" >&2 || true
+    exit 1
+  fi
+}
 
-echo "== 1b/3 notebooks are committed clean (nbdev_clean changes nothing)"
-before=$(cat nbs/*.ipynb | sha256sum)
-nbdev_clean
-after=$(cat nbs/*.ipynb | sha256sum)
-if [ "$before" != "$after" ]; then
-  echo "nbs/ had notebooks that were not clean: nbdev_clean has now cleaned them. Commit them (or run nbdev_install_hooks)." >&2
-  exit 1
-fi
+echo "== 1/3 the package is what the notebooks export, and the notebooks are clean"
+unchanged_by "looplab/ was not what nbs/ exports: nbdev_export has rewritten it. Commit the exported package." \
+  nbdev_export looplab/*.py
+unchanged_by "nbs/ had notebooks that were not clean: nbdev_clean has cleaned them. Commit them (or run nbdev_install_hooks)." \
+  nbdev_clean nbs/*.ipynb
 
 echo "== 2/3 nbdev_test on every notebook"
 mapfile -t nbs < <(ls "$root"/nbs/*.ipynb)
