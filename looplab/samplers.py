@@ -566,9 +566,45 @@ class RepeatBatchSampler(RepeatSampler):
     def __init__(self, batch_sampler):
         super().__init__(batch_sampler)
 
+# %% ../nbs/11_samplers.ipynb #d3ecba38
+class _ScaledLayer(_Layer):
+    "A layer whose element k covers `_factor` consecutive elements of its inner stream (shard: W ranks; batch: B)."
+    _factor_name = "factor"  # the argument that sets `_factor`, for error messages
+
+    @property
+    def _factor(self) -> int:
+        raise NotImplementedError
+
+    def _config(self) -> dict:
+        "The layer's arguments that its state records beside the inner state."
+        raise NotImplementedError
+
+    def _state(self, handed: int, epoch) -> dict:
+        if not self.infinite and handed >= self._length():
+            consumed = self._inner._length()
+        else:
+            consumed = self._factor * handed
+        return {"type": type(self).__name__, **self._config(), "inner": self._inner._state(consumed, epoch)}
+
+    def _load(self, state: dict) -> None:
+        _check_state(state, type(self).__name__, ("inner",))
+        self._inner._load(state["inner"])
+
+    def _reset(self) -> None:
+        self._inner._reset()
+
+    def _position(self) -> int:
+        position = self._inner._position()
+        if position % self._factor:
+            raise ValueError(f"a {type(self).__name__} with {self._factor_name}={self._factor} cannot start at "
+                             f"position {position} of its inner stream: not a multiple of {self._factor_name}")
+        return position // self._factor
+
 # %% ../nbs/11_samplers.ipynb #cbd6e6f1
-class DistributedSampler(_Layer):
+class DistributedSampler(_ScaledLayer):
     "Rank `rank` of `num_workers` takes positions rank, rank + num_workers, rank + 2*num_workers, ... of `sampler`."
+    _factor_name = "num_workers"
+
     def __init__(self, sampler, num_workers: int, rank: int):
         self.num_workers = _check_int("num_workers", num_workers, 1)
         self.rank = _check_int(f"rank (of num_workers={self.num_workers})", rank, 0, self.num_workers - 1)
@@ -588,28 +624,12 @@ class DistributedSampler(_Layer):
         first = self.rank + self.num_workers * start
         return itertools.islice(self._inner._iterate(0, epoch), first, None, self.num_workers)
 
-    def _state(self, handed: int, epoch) -> dict:
-        # all ranks move in step: after `handed` elements each, the first num_workers * handed are consumed
-        if not self.infinite and handed >= self._length():
-            consumed = self._inner._length()
-        else:
-            consumed = self.num_workers * handed
-        return {"type": type(self).__name__, "num_workers": self.num_workers, "rank": self.rank,
-                "inner": self._inner._state(consumed, epoch)}
+    @property
+    def _factor(self) -> int:
+        return self.num_workers
 
-    def _load(self, state: dict) -> None:
-        _check_state(state, type(self).__name__, ("inner",))
-        self._inner._load(state["inner"])
-
-    def _reset(self) -> None:
-        self._inner._reset()
-
-    def _position(self) -> int:
-        position = self._inner._position()
-        if position % self.num_workers:
-            raise ValueError(f"a {type(self).__name__} over {self.num_workers} workers cannot start at position "
-                             f"{position} of its stream: not a multiple of num_workers")
-        return position // self.num_workers
+    def _config(self) -> dict:
+        return {"num_workers": self.num_workers, "rank": self.rank}
 
 # %% ../nbs/11_samplers.ipynb #cd94d051
 class DistributedBatchSampler(DistributedSampler):
@@ -620,9 +640,10 @@ class DistributedBatchSampler(DistributedSampler):
         super().__init__(batch_sampler, num_workers, rank)
 
 # %% ../nbs/11_samplers.ipynb #c8bbc1ca
-class SeekableBatchSampler(_Layer):
+class SeekableBatchSampler(_ScaledLayer):
     "torch's BatchSampler (lists of `batch_size` indices) that can jump to any batch and save its state."
     _batches = True
+    _factor_name = "batch_size"
 
     def __init__(self, sampler, batch_size: int, drop_last: bool = False):
         self.batch_size = _check_int("batch_size", batch_size, 1)
@@ -663,27 +684,12 @@ class SeekableBatchSampler(_Layer):
                 return
             yield batch
 
-    def _state(self, handed: int, epoch) -> dict:
-        if not self.infinite and handed >= self._length():
-            consumed = self._inner._length()
-        else:
-            consumed = self.batch_size * handed
-        return {"type": type(self).__name__, "batch_size": self.batch_size, "drop_last": int(self.drop_last),
-                "inner": self._inner._state(consumed, epoch)}
+    @property
+    def _factor(self) -> int:
+        return self.batch_size
 
-    def _load(self, state: dict) -> None:
-        _check_state(state, type(self).__name__, ("inner",))
-        self._inner._load(state["inner"])
-
-    def _reset(self) -> None:
-        self._inner._reset()
-
-    def _position(self) -> int:
-        position = self._inner._position()
-        if position % self.batch_size:
-            raise ValueError(f"a {type(self).__name__} with batch_size={self.batch_size} cannot start at item "
-                             f"{position}: not a multiple of batch_size")
-        return position // self.batch_size
+    def _config(self) -> dict:
+        return {"batch_size": self.batch_size, "drop_last": int(self.drop_last)}
 
 # %% ../nbs/11_samplers.ipynb #2bb306d4
 class SkipSampler(_Layer):
