@@ -1,5 +1,5 @@
-"""Time per batch of the bare five-line loop against `Learner.fit` with its default callbacks (and with the live
-loss plot of looplab.widgets).
+"""Time per batch of the bare five-line loop against `Learner.fit` with its default callbacks and engine (and with
+the live loss plot of looplab.widgets, and with AMPEngine(bfloat16) against a bare loop that autocasts the same way).
 
 Both run in this process, in interleaved rounds (bare, learner, bare, learner, ...), on the same pre-batched
 data, with one thread, so that the machine's noise hits both alike. Prints the median ratio Learner/bare per
@@ -12,10 +12,13 @@ import io
 import statistics
 import time
 
+import contextlib
+
 import torch
 from torch import nn
 
 from looplab.data import DataLoaders
+from looplab.engine import AMPEngine
 from looplab.learner import Learner
 from looplab.widgets import LossPlot
 
@@ -32,20 +35,22 @@ def make_workload(n_in, hidden, n_out, bs, n_batches, seed=0):
     return batches, nn.Sequential(*layers)
 
 
-def bare_loop(model, batches, lr):
+def bare_loop(model, batches, lr, autocast=contextlib.nullcontext):
+    "The five lines; `autocast()` is the context around forward and loss (torch.autocast for mixed precision)."
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loss_func = nn.functional.cross_entropy
     start = time.perf_counter()
     for xb, yb in batches:
-        loss = loss_func(model(xb), yb)
+        with autocast():
+            loss = loss_func(model(xb), yb)
         loss.backward()
         opt.step()
         opt.zero_grad()
     return time.perf_counter() - start
 
 
-def learner_loop(model, batches, lr, extra_cbs=()):
-    learn = Learner(model, DataLoaders(batches, None), lr=lr, cbs=list(extra_cbs))
+def learner_loop(model, batches, lr, extra_cbs=(), engine=None):
+    learn = Learner(model, DataLoaders(batches, None), lr=lr, cbs=list(extra_cbs), engine=engine)
     learn.progress.file = io.StringIO()  # the progress table is printed, into a buffer
     start = time.perf_counter()
     learn.fit(1)
@@ -54,18 +59,20 @@ def learner_loop(model, batches, lr, extra_cbs=()):
     return took
 
 
-def measure(name, n_in, hidden, n_out, bs, n_batches, rounds, lr=0.01, make_cbs=list):
-    "`make_cbs()` gives the extra callbacks of each Learner run (fresh ones each time)."
+def measure(name, n_in, hidden, n_out, bs, n_batches, rounds, lr=0.01, make_cbs=list, make_engine=lambda: None,
+            autocast=contextlib.nullcontext):
+    "`make_cbs()` gives the extra callbacks of each Learner run (fresh ones each time), `make_engine()` its engine."
     batches, model = make_workload(n_in, hidden, n_out, bs, n_batches)
-    bare_loop(model, batches[:50], lr)  # warm up allocator and kernels
-    learner_loop(model, batches[:50], lr, make_cbs())
+    bare_loop(model, batches[:50], lr, autocast)  # warm up allocator and kernels
+    learner_loop(model, batches[:50], lr, make_cbs(), make_engine())
     bare, learner, ratios = [], [], []
     for _ in range(rounds):
         gc.collect()  # garbage of the previous round (figures are full of reference cycles) is not timed
-        b = bare_loop(model, batches, lr)
+        b = bare_loop(model, batches, lr, autocast)
         cbs = make_cbs()
+        engine = make_engine()
         gc.collect()
-        l = learner_loop(model, batches, lr, cbs)
+        l = learner_loop(model, batches, lr, cbs, engine)
         bare.append(b / n_batches * 1e6)
         learner.append(l / n_batches * 1e6)
         ratios.append(l / b)
@@ -90,6 +97,11 @@ def main():
     live_plot = lambda: [LossPlot(mode="widget")]
     measure("tiny MLP + live LossPlot", 64, [64], 10, 64, 2000, args.rounds, make_cbs=live_plot)
     measure("tiny MLP + live LossPlot, 3x", 64, [64], 10, 64, 6000, args.rounds, make_cbs=live_plot)
+    # Mixed precision: the Learner with AMPEngine(bfloat16) against the five lines with torch.autocast around forward
+    # and loss, as the engine does (bfloat16 needs no loss scaler).
+    bf16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+    measure("tiny MLP, AMPEngine(bfloat16)", 64, [64], 10, 64, 2000, args.rounds,
+            make_engine=lambda: AMPEngine(torch.bfloat16, device="cpu"), autocast=bf16)
 
 
 if __name__ == "__main__":

@@ -72,10 +72,10 @@ def reference(tmp_path_factory) -> dict:
 
 # (a) stop at batch k (or at an epoch's end), save, load in a new process, continue
 STOPS = {  # checkpoint file: the position it holds, epoch and first batch not yet trained on
-    "batch7": {"epoch": 0, "iter": 7, "n_iter": 7},  # in the middle of epoch 0
-    "batch45": {"epoch": 0, "iter": 45, "n_iter": 45},  # after the last batch of epoch 0, before its validation
-    "epoch0": {"epoch": 1, "iter": 0, "n_iter": 45},  # at the end of epoch 0
-    "batch46": {"epoch": 1, "iter": 1, "n_iter": 46},  # after the first batch of epoch 1
+    "batch7": {"epoch": 0, "iter": 7, "n_iter": 7, "n_steps": 7},  # in the middle of epoch 0
+    "batch45": {"epoch": 0, "iter": 45, "n_iter": 45, "n_steps": 45},  # after the last batch of epoch 0, before validation
+    "epoch0": {"epoch": 1, "iter": 0, "n_iter": 45, "n_steps": 45},  # at the end of epoch 0
+    "batch46": {"epoch": 1, "iter": 1, "n_iter": 46, "n_steps": 46},  # after the first batch of epoch 1
 }
 
 
@@ -330,4 +330,4 @@ def test_keep_prev_false_keeps_one_file(tmp_path):
     learn.add_cbs(Checkpoint(tmp_path / "only.pt", every_n_batches=10, keep_prev=False))
     learn.fit(1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["only.pt"]
-    assert read_checkpoint(tmp_path / "only.pt")["state"]["loop"] == {"epoch": 1, "iter": 0, "n_iter": 45}
+    assert read_checkpoint(tmp_path / "only.pt")["state"]["loop"] == {"epoch": 1, "iter": 0, "n_iter": 45, "n_steps": 45}
