@@ -230,7 +230,8 @@ class _Passes(Sampler):
         for element in self._elements():
             if pass_id != self._pass_id:
                 raise RuntimeError(f"this iterator of a {type(self).__name__} was replaced by a newer pass (iter(), "
-                                   f"set_epoch, set_start_iter or load_state_dict): a sampler serves one pass at a time")
+                                   f"set_epoch, set_start_iter or load_state_dict): a sampler serves one pass at "
+                                   f"a time")
             self._handed += 1
             yield element
         if pass_id == self._pass_id:
@@ -464,7 +465,7 @@ def _as_layer(sampler, batches: bool, owner: str) -> _Layer:
 
 # %% ../nbs/11_samplers.ipynb #b7d2c4a9
 def _yields_batches(sampler) -> bool:
-    "Whether `sampler` yields batches (lists of indices) rather than indices, as far as can be told without iterating it."
+    "Whether `sampler` yields batches (lists of indices) rather than indices, as far as it shows without iterating."
     if isinstance(sampler, _Layer):
         return sampler._batches
     if isinstance(sampler, torch.utils.data.BatchSampler):
@@ -508,7 +509,7 @@ class _EpochLayer(_Layer):
 
 # %% ../nbs/11_samplers.ipynb #a967b148
 class ReproducibleShuffleSampler(_EpochLayer):
-    "`sampler`'s indices, or a batch sampler's whole batches, in a new order each pass: a pure function of (seed, epoch)."
+    "`sampler`'s indices (or a batch sampler's whole batches), reordered each pass by a pure function of (seed, epoch)."
     def __init__(self, sampler, seed: int):
         self.seed = _check_int("seed", seed, 0, _MASK64)
         if not self._batches:
@@ -851,7 +852,7 @@ def make_batch_sampler(sampler_or_dataset, mode: str, shuffle_seed: int | None, 
 
 # %% ../nbs/11_samplers.ipynb #16ea2e01
 class EpochwiseBatchSampler(_EpochLayer):
-    "One epoch of `batch_sampler` per pass, each pass the next epoch unless `set_epoch` says otherwise. For epoch loops."
+    "One epoch of `batch_sampler` per pass; each pass is the next epoch unless `set_epoch` says. For epoch loops."
     _batches = True
 
     def __init__(self, batch_sampler):
