@@ -67,8 +67,10 @@ class EpochBatchSampler:
         self.seed = seed
         self.shuffle = shuffle
         self.drop_last = drop_last
-        self.epoch = 0
+        self.epoch = 0  # the epoch of the pass under way, or else of the next pass
         self.start_iter = 0
+        self._in_pass = False  # a pass has begun and has not run to its end
+        self._pass_id = 0  # the current pass: one replaced by a newer pass does not move the epoch on
 
     @property
     def n_batches(self) -> int:
@@ -76,18 +78,22 @@ class EpochBatchSampler:
         return self.n // self.bs if self.drop_last else math.ceil(self.n / self.bs)
 
     def set_epoch(self, epoch: int) -> None:
-        "Use the order of `epoch` from now on, from its first batch."
+        "Make the next pass epoch `epoch`, from its first batch (without it, each pass is the epoch after the last)."
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
         self.epoch = epoch
         self.start_iter = 0
+        self._in_pass = False
+        self._pass_id += 1
 
     def set_start_iter(self, start_iter: int) -> None:
-        "Start the next passes at batch `start_iter` of the current epoch (0 ≤ start_iter ≤ n_batches)."
+        "Start the next pass at batch `start_iter` of the current epoch (0 ≤ start_iter ≤ n_batches)."
         if isinstance(start_iter, bool) or not isinstance(start_iter, int) or not 0 <= start_iter <= self.n_batches:
             raise ValueError(f"start_iter must be an int in [0, {self.n_batches}] (the epoch has "
                              f"{self.n_batches} batches), got {start_iter!r}")
         self.start_iter = start_iter
+        self._in_pass = False
+        self._pass_id += 1
 
     def order(self) -> torch.Tensor:
         "The permutation of `range(n)` for the current epoch (the identity when not shuffling)."
@@ -97,15 +103,28 @@ class EpochBatchSampler:
         return torch.randperm(self.n, generator=torch.Generator().manual_seed(key))
 
     def __len__(self) -> int:
-        return self.n_batches - self.start_iter
+        "Batches of the next pass: a whole epoch once a pass is under way, fewer after `set_start_iter`."
+        return self.n_batches if self._in_pass else self.n_batches - self.start_iter
 
     def __iter__(self):
+        if self._in_pass:  # the last pass was left unfinished: this one is the next epoch all the same
+            self._next_epoch()
+        self._in_pass = True
+        self._pass_id += 1
+        pass_id = self._pass_id
         order = self.order()
         for b in range(self.start_iter, self.n_batches):
             yield order[b * self.bs:(b + 1) * self.bs].tolist()
+        if pass_id == self._pass_id:
+            self._next_epoch()
+
+    def _next_epoch(self) -> None:
+        self.epoch += 1
+        self.start_iter = 0
+        self._in_pass = False
 
     def state_dict(self) -> dict:
-        "Plain numbers: what defines the order, and where the next pass starts."
+        "Plain numbers: what defines the order, and the epoch and first batch of the pass under way, or else the next."
         return {"type": type(self).__name__, "n": self.n, "bs": self.bs, "seed": self.seed,
                 "shuffle": self.shuffle, "drop_last": self.drop_last, "epoch": self.epoch,
                 "start_iter": self.start_iter}

@@ -203,13 +203,84 @@ class FeistelPermutation:
             raise IndexError(f"{name} must be in [0, {self.n}), got values from {values.min()} to {values.max()}")
         return values
 
+# %% ../nbs/11_samplers.ipynb #a3c0e1f1
+class _Passes(Sampler):
+    "What a pass is, for every looplab sampler: where it begins and ends, and the epoch after it."
+    # A subclass defines _length() (elements from where its stream now starts), _elements() (those of a pass),
+    # _state(handed, epoch), _load(state), _reset(), _advance() (a pass is over: move an epoch counter on) and
+    # `infinite`.
+
+    def _start_passes(self) -> None:
+        "Called last in every constructor: no pass yet."
+        self._pending = False  # a state was loaded and the next pass starts there
+        self._handed = 0  # elements handed out by the current pass
+        self._in_pass = False  # a pass has begun and has not run to its end
+        self._pass_id = 0  # the current pass: an iterator of an older one refuses to go on
+        self._whole_length = self._length()  # what a pass from the start yields
+
+    def __len__(self) -> int:
+        "The number of elements the next pass yields (one epoch for an endless stream)."
+        return self._length() if self._pending else self._whole_length
+
+    def __iter__(self):
+        return self._pass()
+
+    def _pass(self):
+        pass_id = self._begin_pass()  # at the first element, not in iter(): a worker DataLoader calls iter() twice
+        for element in self._elements():
+            if pass_id != self._pass_id:
+                raise RuntimeError(f"this iterator of a {type(self).__name__} was replaced by a newer pass (iter(), "
+                                   f"set_epoch, set_start_iter or load_state_dict): a sampler serves one pass at "
+                                   f"a time")
+            self._handed += 1
+            yield element
+        if pass_id == self._pass_id:
+            self._end_pass()
+
+    def _begin_pass(self) -> int:
+        if not self._pending and self._in_pass and self.infinite:
+            self._load(self._state(self._handed, None))  # an endless stream goes on where the last pass left it
+        elif not self._pending:
+            if self._in_pass:
+                self._advance()  # the last pass was left unfinished: this one is the next pass all the same
+            self._reset()
+        self._pending = False
+        self._in_pass = True
+        self._handed = 0
+        self._pass_id += 1
+        return self._pass_id
+
+    def _end_pass(self) -> None:
+        "A pass ran to its end: the next one starts from the beginning (of the next epoch, where there are epochs)."
+        self._advance()
+        self._reset()
+        self._handed = 0
+        self._in_pass = False
+
+    def _replace_pass(self) -> None:
+        "The next pass is decided anew (a loaded state, another epoch): no pass is under way any more."
+        self._pending = False
+        self._handed = 0
+        self._in_pass = False
+        self._pass_id += 1
+
+    def state_dict(self) -> dict:
+        "Where this sampler is: plain ints and strings; what was handed out counts as consumed."
+        return self._state(self._handed, None)
+
+    def load_state_dict(self, state: dict) -> None:
+        "Continue, at the next pass, from `state` (refused if it belongs to another sampler)."
+        self._load(state)
+        self._replace_pass()
+        self._pending = True
+
 # %% ../nbs/11_samplers.ipynb #f4f69c5d
-class _Layer(Sampler):
-    "The machinery every looplab sampler shares: iteration by chunks, state, and a resume used once."
-    # Each layer defines: _length() (elements from where its stream now starts); _map(indices, epoch), its
-    # positions as its inner sampler's positions and epoch (or _take/_take_array directly); _iterate(start, epoch),
-    # the fallback that iterates; _state(handed, epoch); _load(state); _reset(); and _position(). `epoch` is None
-    # (the layer's own), an int, or an array with one epoch per position (from an enclosing repeat).
+class _Layer(_Passes):
+    "A looplab sampler made of layers: it seeks when every layer below can, a chunk of positions at a time."
+    # Each layer defines: _length(); _map(indices, epoch), its positions as its inner sampler's positions and
+    # epoch (or _take/_take_array directly); _iterate(start, epoch), the fallback that iterates; _state(handed,
+    # epoch); _load(state); _reset(); and _position(). `epoch` is None (the layer's own), an int, or an array with
+    # one epoch per position (from an enclosing repeat).
     _batches = False  # True for a layer that yields lists of indices
 
     @property
@@ -230,53 +301,24 @@ class _Layer(Sampler):
     def _start_layer(self) -> None:
         "Called last in every constructor: the layer, and all below it, at the start of their streams."
         self._reset()
-        self._pending = False  # a state was loaded and the next iteration starts there
-        self._handed = 0  # elements handed out by the current iteration
-        self._whole_length = self._length()  # what an iteration from the start yields
+        self._start_passes()
 
-    def __len__(self) -> int:
-        "The number of elements the next iteration yields (one pass for an endless stream)."
-        return self._length() if self._pending else self._whole_length
-
-    def __iter__(self):
-        if not self._pending:
-            self._reset()
-        self._pending = False
-        self._handed = 0
-        return self._generate()
-
-    def _generate(self):
+    def _elements(self):
         if not self.seekable:
-            for element in self._iterate(0, None):
-                self._handed += 1
-                yield element
-        else:
-            end = None if self.infinite else self._length()
-            start = 0
-            size = 1  # the first chunk is small, so that the first element comes quickly
-            while end is None or start < end:
-                stop = start + size if end is None else min(start + size, end)
-                for element in self._take(np.arange(start, stop, dtype=np.int64), None):
-                    self._handed += 1
-                    yield element
-                start = stop
-                size = min(2 * size, max(1, _CHUNK // self._width))
-        self._finish()
+            yield from self._iterate(0, None)
+            return
+        end = None if self.infinite else self._length()
+        start = 0
+        size = 1  # the first chunk is small, so that the first element comes quickly
+        while end is None or start < end:
+            stop = start + size if end is None else min(start + size, end)
+            yield from self._take(np.arange(start, stop, dtype=np.int64), None)
+            start = stop
+            size = min(2 * size, max(1, _CHUNK // self._width))
 
-    def _finish(self) -> None:
-        "A finite stream ran to its end: the next iteration starts from the beginning."
-        self._reset()
-        self._handed = self._length()
-
-    def state_dict(self) -> dict:
-        "Where this sampler is: plain ints and strings; what was handed out counts as consumed."
-        return self._state(self._handed, None)
-
-    def load_state_dict(self, state: dict) -> None:
-        "Continue, at the next iteration, from `state` (refused if it belongs to another sampler)."
-        self._load(state)
-        self._pending = True
-        self._handed = 0
+    def _advance(self) -> None:
+        "A pass is over: a layer with an epoch counter moves it on; the others pass the word down."
+        self._inner._advance()
 
     def _take_array(self, indices: np.ndarray, epoch) -> np.ndarray:
         "The items at `indices` (positions from this layer's start), as an int64 array."
@@ -349,7 +391,7 @@ class _Leaf(_Layer):
         self._n = len(sampler)
         self._lookup = _lookup(sampler)
         self._name = _leaf_name(sampler) if name is None else name
-        self._anchor = 0  # position of the next iteration's first element
+        self._anchor = 0  # position of the next pass's first element
         self._start_layer()
 
     @property
@@ -392,6 +434,9 @@ class _Leaf(_Layer):
     def _reset(self) -> None:
         self._anchor = 0
 
+    def _advance(self) -> None:
+        "Nothing to move on: a user's sampler with an epoch counter of its own moves it when it is iterated."
+
     def _position(self) -> int:
         return self._anchor
 
@@ -418,6 +463,19 @@ def _as_layer(sampler, batches: bool, owner: str) -> _Layer:
                             f"whose first element is {first!r}")
     return leaf
 
+# %% ../nbs/11_samplers.ipynb #b7d2c4a9
+def _yields_batches(sampler) -> bool:
+    "Whether `sampler` yields batches (lists of indices) rather than indices, as far as it shows without iterating."
+    if isinstance(sampler, _Layer):
+        return sampler._batches
+    if isinstance(sampler, torch.utils.data.BatchSampler):
+        return True
+    lookup = _lookup(sampler)
+    if lookup is None or not hasattr(sampler, "__len__") or len(sampler) == 0:
+        return False
+    first = _read(lookup, np.zeros(1, dtype=np.int64))[0]
+    return not isinstance(first, (int, np.integer))
+
 # %% ../nbs/11_samplers.ipynb #69d435a4
 def _materialize(layer: _Layer) -> _Leaf:
     "Read a sampler that cannot seek into memory, once, so that it can be shuffled."
@@ -426,34 +484,45 @@ def _materialize(layer: _Layer) -> _Leaf:
     if len(elements) != layer._whole_length:
         raise ValueError(f"{type(layer).__name__} yielded {len(elements)} elements but its len() is "
                          f"{layer._whole_length}")
+    if not layer._batches and elements and not isinstance(elements[0], (int, np.integer)):
+        raise TypeError(f"a sampler of indices was expected, but {type(layer).__name__} yielded {elements[0]!r}: "
+                        f"give a batch sampler as a torch BatchSampler, or use ReproducibleShuffleBatchSampler")
     if not layer._batches:
         elements = np.asarray(elements, dtype=np.int64)
     name = layer._name if isinstance(layer, _Leaf) else type(layer).__name__
     return _Leaf(elements, layer._batches, name)
 
+# %% ../nbs/11_samplers.ipynb #c51e7f20
+class _EpochLayer(_Layer):
+    "A layer with an epoch counter: each pass is the next epoch, unless `set_epoch` said which epoch comes next."
+    def set_epoch(self, epoch: int) -> None:
+        "The epoch of the next pass, from its start; with the epoch it already has, a loaded resume position stays."
+        epoch = _check_int("epoch", epoch, 0, _MASK64)
+        if self._pending and epoch == self.epoch:
+            return
+        self.epoch = epoch
+        self._reset()
+        self._replace_pass()
+
+    def _advance(self) -> None:
+        self.epoch += 1
+
 # %% ../nbs/11_samplers.ipynb #a967b148
-class ReproducibleShuffleSampler(_Layer):
-    "The items of `sampler` in an order that is a pure function of (seed, epoch), with O(1) memory and O(1) seek."
+class ReproducibleShuffleSampler(_EpochLayer):
+    "`sampler`'s indices (or a batch sampler's whole batches), reordered each pass by a pure function of (seed, epoch)."
     def __init__(self, sampler, seed: int):
         self.seed = _check_int("seed", seed, 0, _MASK64)
+        if not self._batches:
+            self._batches = _yields_batches(sampler)  # Determined's class takes either
         inner = _as_layer(sampler, self._batches, type(self).__name__)
         if inner.infinite:
             raise ValueError(f"{type(self).__name__} cannot shuffle an infinite stream ({type(inner).__name__}): "
                              f"it would wait forever for its end. Shuffle first, then repeat")
         self._inner = inner if inner.seekable else _materialize(inner)
         self._n = self._inner._whole_length
-        self.epoch = 0
-        self._anchor = 0  # position in the epoch of the next iteration's first element
+        self.epoch = 0  # the epoch of the pass under way, or else of the next pass
+        self._anchor = 0  # position in the epoch of the next pass's first element
         self._start_layer()
-
-    def set_epoch(self, epoch: int) -> None:
-        "Use the order of `epoch`; moving to another epoch starts it from its beginning."
-        epoch = _check_int("epoch", epoch, 0, _MASK64)
-        if epoch != self.epoch:
-            self.epoch = epoch
-            self._reset()
-            self._pending = False
-            self._handed = 0
 
     def _length(self) -> int:
         return self._n - self._anchor
@@ -693,7 +762,7 @@ class SeekableBatchSampler(_ScaledLayer):
 
 # %% ../nbs/11_samplers.ipynb #2bb306d4
 class SkipSampler(_Layer):
-    "The stream of `sampler` after its first `skip` items: a direct jump when every layer below can seek."
+    "The stream of `sampler` after its first `skip` items; `len()` is `sampler`'s, as in Determined."
     def __init__(self, sampler, skip: int):
         self.skip = _check_int("skip", skip, 0)
         inner = _as_layer(sampler, self._batches, type(self).__name__)
@@ -701,8 +770,17 @@ class SkipSampler(_Layer):
             raise ValueError(f"skip={self.skip} is past the end of a sampler of length {inner._whole_length}: "
                              f"skip at most {inner._whole_length}")
         self._inner = inner
-        self._offset = self.skip  # position in the inner stream of the next iteration's first element
+        self._offset = self.skip  # position in the inner stream of the next pass's first element
         self._start_layer()
+
+    def __len__(self) -> int:
+        "The underlying sampler's length, whatever the skip: the length of an epoch."
+        return self._inner._whole_length
+
+    @property
+    def remaining(self) -> int | None:
+        "How many elements the next pass yields (the length less the skip); None for an endless stream."
+        return None if self.infinite else super().__len__()
 
     def _length(self) -> int:
         n = self._inner._length()
@@ -773,8 +851,8 @@ def make_batch_sampler(sampler_or_dataset, mode: str, shuffle_seed: int | None, 
     return SkipBatchSampler(SeekableBatchSampler(sampler, batch_size), skip)
 
 # %% ../nbs/11_samplers.ipynb #16ea2e01
-class EpochwiseBatchSampler(_Layer):
-    "One epoch of `batch_sampler` per iteration; running to the end moves to the next epoch. For epoch loops."
+class EpochwiseBatchSampler(_EpochLayer):
+    "One epoch of `batch_sampler` per pass; each pass is the next epoch unless `set_epoch` says. For epoch loops."
     _batches = True
 
     def __init__(self, batch_sampler):
@@ -786,17 +864,8 @@ class EpochwiseBatchSampler(_Layer):
         self.epoch = 0
         self._start_layer()
 
-    def set_epoch(self, epoch: int) -> None:
-        "Use the order of `epoch`; moving to another epoch starts it from its first batch."
-        epoch = _check_int("epoch", epoch, 0, _MASK64)
-        if epoch != self.epoch:
-            self.epoch = epoch
-            self._reset()
-            self._pending = False
-            self._handed = 0
-
     def set_start_iter(self, start_iter: int) -> None:
-        "Start the next iteration after this rank's first `start_iter` batches of the current epoch."
+        "Start the next pass after this rank's first `start_iter` batches of the current epoch."
         start_iter = _check_int("start_iter", start_iter, 0)
         if start_iter > self._whole_length:
             raise ValueError(f"start_iter={start_iter} is past the end of the epoch: this rank has "
@@ -806,7 +875,7 @@ class EpochwiseBatchSampler(_Layer):
 
     @property
     def start_iter(self) -> int:
-        "How many batches of the current epoch the next iteration leaves out."
+        "How many batches of the current epoch the next pass leaves out."
         return self._whole_length - len(self)
 
     def _length(self) -> int:
@@ -817,11 +886,6 @@ class EpochwiseBatchSampler(_Layer):
 
     def _iterate(self, start: int, epoch):
         return self._inner._iterate(start, self.epoch)
-
-    def _finish(self) -> None:
-        self.epoch += 1
-        self._reset()
-        self._handed = 0
 
     def _state(self, handed: int, epoch) -> dict:
         return {"type": type(self).__name__, "epoch": self.epoch, "inner": self._inner._state(handed, self.epoch)}
@@ -860,7 +924,7 @@ def _distributed_default(name: str) -> int:
     return torch.distributed.get_rank() if running else 0
 
 # %% ../nbs/11_samplers.ipynb #be37b540
-class StatefulDistributedSampler(_Layer):
+class StatefulDistributedSampler(_EpochLayer):
     "VISSL's sampler: each rank shuffles its own contiguous part of the dataset, and can resume at any batch."
     def __init__(self, dataset, batch_size: int, seed: int = 0, num_replicas: int | None = None,
                  rank: int | None = None, drop_last: bool = False, shuffle: bool = True):
@@ -886,7 +950,7 @@ class StatefulDistributedSampler(_Layer):
                              f"rank with nothing: use drop_last=False")
         self.total_size = self.num_samples * self.num_replicas
         self.epoch = 0
-        self._anchor = 0  # position in this rank's epoch of the next iteration's first item
+        self._anchor = 0  # position in this rank's epoch of the next pass's first item
         self._start_layer()
 
     @property
@@ -901,17 +965,8 @@ class StatefulDistributedSampler(_Layer):
     def _width(self) -> int:
         return 1
 
-    def set_epoch(self, epoch: int) -> None:
-        "Use the order of `epoch`; moving to another epoch starts it from its beginning."
-        epoch = _check_int("epoch", epoch, 0, _MASK64)
-        if epoch != self.epoch:
-            self.epoch = epoch
-            self._anchor = 0
-            self._pending = False
-            self._handed = 0
-
     def set_start_iter(self, start_iter: int) -> None:
-        "Start the next iteration after the first `start_iter` batches of `batch_size` of this rank's epoch."
+        "Start the next pass after the first `start_iter` batches of `batch_size` of this rank's current epoch."
         batches = -(-self.num_samples // self.batch_size)
         start_iter = _check_int("start_iter", start_iter, 0)
         if start_iter > batches:
@@ -919,8 +974,8 @@ class StatefulDistributedSampler(_Layer):
                              f"{self.num_samples} items, {batches} batches of {self.batch_size}, so start_iter must "
                              f"be in [0, {batches}]")
         self._anchor = min(start_iter * self.batch_size, self.num_samples)
+        self._replace_pass()
         self._pending = True
-        self._handed = 0
 
     def _length(self) -> int:
         return self.num_samples - self._anchor

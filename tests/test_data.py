@@ -39,12 +39,14 @@ def test_resume_at_any_batch_gives_the_rest_of_the_epoch(n, bs, seed, epoch, dat
     s.set_epoch(epoch)
     whole = list(s)
     k = data.draw(st.integers(0, len(whole)))
+    s.set_epoch(epoch)  # the pass that ran to its end moved the sampler on to epoch + 1
     s.set_start_iter(k)
     other = EpochBatchSampler(n, bs, seed=seed)
     other.load_state_dict(s.state_dict())
-    assert list(other) == whole[k:] and len(other) == len(whole) - k
-    other.set_epoch(epoch + 1)  # a new epoch starts from its first batch
-    assert len(other) == other.n_batches
+    assert list(other) == whole[k:] and len(other) == other.n_batches
+    following = EpochBatchSampler(n, bs, seed=seed)
+    following.set_epoch(epoch + 1)
+    assert other.epoch == epoch + 1 and list(other) == list(following), "then the next epoch, from its first batch"
 
 
 def test_shuffle_does_not_touch_global_rng():
@@ -72,7 +74,7 @@ def test_state_of_another_order_is_refused():
                   EpochBatchSampler(10, 2, seed=2), EpochBatchSampler(10, 2, seed=1, shuffle=False)):
         with pytest.raises(ValueError, match="different order"):
             other.load_state_dict(state)
-    with pytest.raises(ValueError, match="epoch must be"):
+    with pytest.raises(ValueError, match="epoch must be an int >= 0, got -1"):
         EpochBatchSampler(10, 2).set_epoch(-1)
 
 
@@ -85,3 +87,49 @@ def test_dataloaders_from_tensors_and_bad_input():
         DataLoaders.from_tensors(x, y[:-1])
     with pytest.raises(ValueError, match="n must be >= 1"):
         make_rings(0)
+
+
+# ---- a new order on each pass ----------------------------------------------------------------------------
+
+def test_each_pass_is_the_next_epoch_and_a_fresh_sampler_replays_them():
+    s = EpochBatchSampler(30, 4, seed=7)
+    passes = [list(s) for _ in range(3)]
+    assert len({str(p) for p in passes}) == 3, "three passes, three orders"
+    fresh = EpochBatchSampler(30, 4, seed=7)
+    assert [list(fresh) for _ in range(3)] == passes, "deterministic in (seed, pass)"
+    told = EpochBatchSampler(30, 4, seed=7)
+    for epoch in range(3):
+        told.set_epoch(epoch)  # torch's convention gives the same orders
+        assert list(told) == passes[epoch]
+
+
+def fresh_epoch(epoch):
+    s = EpochBatchSampler(30, 4, seed=7)
+    s.set_epoch(epoch)
+    return list(s)
+
+
+def test_a_pass_begins_at_its_first_batch_and_an_unfinished_one_counts():
+    s = EpochBatchSampler(30, 4, seed=7)
+    iter(s)
+    iter(s)  # a DataLoader with worker processes calls iter() twice: no batch drawn, no pass begun
+    assert s.epoch == 0 and next(iter(s)) == fresh_epoch(0)[0]
+    assert list(s) == fresh_epoch(1), "the peek began epoch 0: the next pass is epoch 1"
+    assert s.epoch == 2 and len(s) == s.n_batches
+
+
+def test_a_state_taken_during_a_pass_names_that_pass():
+    s = EpochBatchSampler(30, 4, seed=7)
+    list(s)
+    batches = iter(s)
+    next(batches)
+    state = s.state_dict()
+    assert (state["epoch"], state["start_iter"]) == (1, 0)
+    list(batches)
+    assert (s.state_dict()["epoch"], s.state_dict()["start_iter"]) == (2, 0), "after its end, the next pass"
+
+
+def test_a_plain_dataloader_loop_sees_a_new_order_each_epoch():
+    dls = DataLoaders.from_tensors(*make_rings(200), bs=50, valid_pct=0.0, seed=3)
+    orders = [torch.cat([yb for _, yb in dls.train]) for _ in range(3)]
+    assert not torch.equal(orders[0], orders[1]) and not torch.equal(orders[1], orders[2])

@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSampler
 
+from looplab.data import EpochBatchSampler
 from looplab.samplers import (DistributedBatchSampler, DistributedSampler, EpochwiseBatchSampler, FeistelPermutation,
                               RepeatBatchSampler, RepeatSampler, ReproducibleShuffleBatchSampler,
                               ReproducibleShuffleSampler, SeekableBatchSampler, SkipBatchSampler, SkipSampler,
@@ -139,7 +140,8 @@ def resume_everywhere(build, expected):
         fresh = build()
         fresh.load_state_dict(json.loads(json.dumps(state)))
         if not fresh.infinite:
-            assert len(fresh) == len(expected) - k, "len() is what the next iteration yields"
+            remaining = fresh.remaining if isinstance(fresh, SkipSampler) else len(fresh)
+            assert remaining == len(expected) - k, "len() is what the next pass yields (a skip: its remaining)"
         assert head + take(fresh, len(expected) - k) == expected, k
 
 
@@ -150,9 +152,10 @@ def test_shuffle(n, seed, seekable):
     expected = list(FeistelPermutation(n, seed))
     resume_everywhere(lambda: ReproducibleShuffleSampler(source, seed), expected)
     sampler = ReproducibleShuffleSampler(source, seed)
-    assert list(sampler) == list(sampler) == expected
-    sampler.set_epoch(3)
-    assert list(sampler) == list(FeistelPermutation(n, seed, 3))
+    assert [list(sampler) for _ in range(3)] == [list(FeistelPermutation(n, seed, e)) for e in range(3)]
+    sampler.set_epoch(7)
+    assert list(sampler) == list(FeistelPermutation(n, seed, 7))
+    assert sampler.epoch == 8
 
 
 @FAST
@@ -239,7 +242,8 @@ def test_skip(n, data, seekable):
     skip = data.draw(st.integers(0, n))
     source = range(n) if seekable else IterOnly(range(n))
     resume_everywhere(lambda: SkipSampler(source, skip), list(range(skip, n)))
-    assert len(SkipSampler(source, skip)) == n - skip
+    assert len(SkipSampler(source, skip)) == n, "Determined's rule: the underlying length, whatever the skip"
+    assert SkipSampler(source, skip).remaining == n - skip
     batches = [[i, i] for i in range(n)]
     resume_everywhere(lambda: SkipBatchSampler(batches, skip), batches[skip:])
 
@@ -251,13 +255,21 @@ def test_skip_a_billion_items_jumps_there():
     assert take(chain, 2) == [FeistelPermutation(n, 5, 2)[n - 1], FeistelPermutation(n, 5, 3)[0]]
 
 
-def test_each_pass_of_a_finite_sampler_starts_from_the_beginning():
+def test_each_pass_of_a_finite_sampler_starts_from_the_beginning_of_the_next_epoch():
     sampler = SkipSampler(ReproducibleShuffleSampler(range(10), 0), 2)
     first = list(sampler)
+    assert first == list(FeistelPermutation(10, 0, 0))[2:]
     state_at_end = sampler.state_dict()
-    assert list(sampler) == first and len(sampler) == 8
+    second = list(sampler)
+    assert second == list(FeistelPermutation(10, 0, 1))[2:] and len(sampler) == 10 and sampler.remaining == 8
     sampler.load_state_dict(state_at_end)
-    assert len(sampler) == 0 and list(sampler) == [] and list(sampler) == first
+    assert sampler.remaining == 8 and list(sampler) == second, "a state taken after a pass is the next pass"
+    batches = iter(sampler)
+    rest = [next(batches) for _ in range(8)]
+    at_last_item = sampler.state_dict()
+    sampler.load_state_dict(at_last_item)
+    assert sampler.remaining == 0 and list(sampler) == [], "taken at its last item, the pass is all consumed"
+    assert rest == list(FeistelPermutation(10, 0, 2))[2:] and list(sampler) == list(FeistelPermutation(10, 0, 3))[2:]
 
 
 def test_set_epoch_keeps_a_resume_position_only_for_the_same_epoch():
@@ -297,7 +309,10 @@ def test_training_chain_order(n, seed, workers, size, skip, data):
     assert take(chain, 9) == training_reference(n, seed, workers, rank, size, skip, 9)
     assert len(chain) == -(-(-(-n // workers)) // size), "one pass per rank, the same on every rank"
     lookalike = make_batch_sampler(IterOnly(range(n)), "training", seed, workers, rank, size, skip)
-    assert take(lookalike, 9) == take(chain, 9), "a sampler that cannot seek gives the same batches"
+    lookalike_batches = take(lookalike, 18)
+    assert lookalike_batches == training_reference(n, seed, workers, rank, size, skip, 18), \
+        "a sampler that cannot seek gives the same batches"
+    assert take(chain, 9) == lookalike_batches[9:], "a second pass of an endless stream goes on where it was"
 
 
 @FAST
@@ -453,10 +468,13 @@ def test_stateful_distributed_sampler(n, replicas, size, seed, epoch, drop_last,
     sampler = StatefulDistributedSampler(range(n), size, seed, replicas, rank, drop_last, shuffle)
     sampler.set_epoch(epoch)
     whole = list(sampler)
+    assert sampler.epoch == epoch + 1, "a pass that ran to its end moved the sampler on"
+    sampler.set_epoch(epoch)
     sampler.set_start_iter(start_iter)
     assert len(sampler) == max(0, per_rank - start_iter * size)
     tail = take(sampler, 10**6)
     assert tail == whole[start_iter * size:]
+    sampler.set_epoch(epoch)
     assert list(sampler) == whole, "start_iter is used once"
 
     def build():
@@ -482,6 +500,211 @@ def test_stateful_distributed_sampler_errors():
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         StatefulDistributedSampler(range(10), 0)
     assert len(StatefulDistributedSampler(range(10), 3)) == 10, "without a process group: one replica"
+
+
+# ---- Determined's sampler tests, as a Determined user runs them -----------------------------------------
+# Our own tests of the behaviour Determined's suite checks for determined.pytorch.samplers; only the exact orders
+# differ (Determined pins numpy RandomState shuffles, ours is the Feistel permutation).
+
+def test_determined_skip_sampler_reports_the_underlying_length():
+    skip_sampler = SkipSampler(SequentialSampler(range(15)), 2)
+    assert len(skip_sampler) == 15 and skip_sampler.remaining == 13
+    assert list(skip_sampler) == list(range(2, 15))
+
+
+def test_determined_skip_batch_sampler_reports_the_underlying_length():
+    batch_sampler = BatchSampler(SequentialSampler(range(15)), batch_size=2, drop_last=False)
+    skip_batch_sampler = SkipBatchSampler(batch_sampler, 2)
+    assert len(skip_batch_sampler) == 8 and skip_batch_sampler.remaining == 6
+    assert list(skip_batch_sampler) == list(batch_sampler)[2:]
+
+
+def test_determined_repeat_samplers():
+    repeat_sampler = RepeatSampler(SequentialSampler(range(10)))
+    assert len(repeat_sampler) == 10
+    assert take(repeat_sampler, 30) == list(range(10)) * 3
+    batch_sampler = BatchSampler(SequentialSampler(range(10)), 3, False)
+    repeat_batch_sampler = RepeatBatchSampler(batch_sampler)
+    assert len(repeat_batch_sampler) == 4
+    assert take(repeat_batch_sampler, 12) == list(batch_sampler) * 3
+
+
+def test_determined_distributed_samplers():
+    expected = [[0, 4, 8, 12, 16], [1, 5, 9, 13, 17], [2, 6, 10, 14, 18], [3, 7, 11, 15]]
+    for rank in range(4):
+        dist_sampler = DistributedSampler(SequentialSampler(range(19)), 4, rank)
+        assert list(dist_sampler) == expected[rank] and len(dist_sampler) == len(expected[rank])
+    batches = BatchSampler(SequentialSampler(range(19)), batch_size=2, drop_last=False)
+    expected = [[[0, 1], [8, 9], [16, 17]], [[2, 3], [10, 11], [18]], [[4, 5], [12, 13]], [[6, 7], [14, 15]]]
+    for rank in range(4):
+        dist_sampler = DistributedBatchSampler(batches, 4, rank)
+        assert list(dist_sampler) == expected[rank] and len(dist_sampler) == len(expected[rank])
+
+
+def test_determined_shuffle_sampler_gives_a_new_seeded_order_on_every_pass():
+    sampler = ReproducibleShuffleSampler(SequentialSampler(range(5)), 777)
+    first, second = list(sampler), list(sampler)
+    assert first != second and sorted(first) == sorted(second) == list(range(5))
+    assert first == list(FeistelPermutation(5, 777, 0)) and second == list(FeistelPermutation(5, 777, 1))
+
+
+def test_determined_shuffle_sampler_wraps_a_batch_sampler_and_shuffles_whole_batches():
+    batch_sampler = BatchSampler(SequentialSampler(range(10)), batch_size=2, drop_last=False)
+    shuffle_batch_sampler = ReproducibleShuffleSampler(batch_sampler, 777)
+    batches = list(batch_sampler)
+    first, second = list(shuffle_batch_sampler), list(shuffle_batch_sampler)
+    assert first == [batches[i] for i in FeistelPermutation(5, 777, 0)]
+    assert second == [batches[i] for i in FeistelPermutation(5, 777, 1)]
+    assert len(shuffle_batch_sampler) == 5
+    for source in (SeekableBatchSampler(range(10), 2), batches):
+        assert list(ReproducibleShuffleSampler(source, 777)) == first, type(source).__name__
+    assert list(ReproducibleShuffleBatchSampler(batch_sampler, 777)) == first
+
+
+# ---- a new order on each pass -------------------------------------------------------------------------------
+
+SHUFFLERS = {
+    "items": lambda: ReproducibleShuffleSampler(range(40), 5),
+    "items, iterable only": lambda: ReproducibleShuffleSampler(IterOnly(range(40)), 5),
+    "a torch BatchSampler, batches whole": lambda: ReproducibleShuffleSampler(BatchSampler(range(40), 3, False), 5),
+    "ReproducibleShuffleBatchSampler": lambda: ReproducibleShuffleBatchSampler(SeekableBatchSampler(range(40), 3), 5),
+    "shuffle, shard, batch": lambda: SeekableBatchSampler(DistributedSampler(ReproducibleShuffleSampler(range(40), 5),
+                                                                             2, 1), 3),
+    "epochwise": lambda: make_epochwise_batch_sampler(range(40), 5, 2, 1, 3),
+    "VISSL": lambda: StatefulDistributedSampler(range(40), 3, seed=5, num_replicas=2, rank=1),
+    "EpochBatchSampler": lambda: EpochBatchSampler(40, 3, seed=5),
+}
+
+
+@pytest.mark.parametrize("name", [*SHUFFLERS, "torch's BatchSampler around ours"])
+def test_three_passes_three_orders_and_a_fresh_sampler_replays_them(name):
+    build = SHUFFLERS.get(name, lambda: BatchSampler(ReproducibleShuffleSampler(range(40), 5), 3, False))
+    sampler = build()
+    passes = [list(sampler) for _ in range(3)]
+    assert len({repr(p) for p in passes}) == 3, "three passes, three orders"
+    fresh = build()
+    assert [list(fresh) for _ in range(3)] == passes, "deterministic in (seed, pass)"
+    told = build()
+    for epoch in reversed(range(3)):
+        if hasattr(told, "set_epoch"):
+            told.set_epoch(epoch)  # torch's convention, in any order: pass k is epoch k
+            assert list(told) == passes[epoch]
+
+
+@FAST
+@given(name=st.sampled_from(sorted(set(SHUFFLERS) - {"EpochBatchSampler"})), passes=st.integers(0, 3),
+       data=st.data())
+def test_the_pass_counter_is_in_the_state_and_resumes_exactly(name, passes, data):
+    never_stopped = SHUFFLERS[name]()
+    expected = [list(never_stopped) for _ in range(passes + 2)]
+    sampler = SHUFFLERS[name]()
+    for _ in range(passes):
+        list(sampler)
+    k = data.draw(st.integers(0, len(expected[passes])))
+    head = take(sampler, k)
+    state = json.loads(json.dumps(sampler.state_dict()))
+    assert_plain(state)
+    resumed = SHUFFLERS[name]()
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == expected[passes]
+    assert list(resumed) == expected[passes + 1], "after the resumed pass, the next epoch"
+
+
+def test_a_pass_begins_at_its_first_element_and_an_unfinished_pass_counts():
+    sampler = ReproducibleShuffleSampler(range(10), 3)
+    iter(sampler)
+    iter(sampler)  # a DataLoader with worker processes calls iter() twice before the first batch
+    assert sampler.epoch == 0 and next(iter(sampler)) == FeistelPermutation(10, 3, 0)[0]
+    assert list(sampler) == list(FeistelPermutation(10, 3, 1)), "the peek began epoch 0: this pass is epoch 1"
+
+
+def test_an_iterator_replaced_by_a_newer_pass_refuses_to_go_on():
+    sampler = ReproducibleShuffleSampler(range(10), 3)
+    old = iter(sampler)
+    next(old)
+    new = iter(sampler)
+    next(new)
+    with pytest.raises(RuntimeError, match="replaced by a newer pass"):
+        next(old)
+    sampler.set_epoch(5)
+    with pytest.raises(RuntimeError, match="a sampler serves one pass at a time"):
+        next(new)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_plain_dataloader_epoch_loop_gets_a_new_order_each_epoch(num_workers):
+    loader = DataLoader(torch.arange(20), batch_size=5, sampler=ReproducibleShuffleSampler(range(20), 0),
+                        num_workers=num_workers)
+    orders = [torch.cat(list(loader)).tolist() for _ in range(2)]
+    assert orders == [list(FeistelPermutation(20, 0, epoch)) for epoch in range(2)]
+
+
+def test_a_new_pass_of_an_endless_stream_goes_on_where_the_last_one_left_it():
+    chain = make_batch_sampler(range(10), "training", 0, 2, 1, 3, skip=2)
+    first = take(chain, 4)
+    second = take(chain, 4)
+    assert first + second == take(make_batch_sampler(range(10), "training", 0, 2, 1, 3, skip=2), 8)
+
+
+# ---- lengths: one rule ------------------------------------------------------------------------------------
+
+def test_len_is_the_next_pass_except_for_a_skip_which_is_the_epoch():
+    epochwise = make_epochwise_batch_sampler(range(20), 0, 1, 0, 3)
+    epochwise.set_start_iter(5)
+    assert len(epochwise) == 2, "after set_start_iter: what the next pass yields"
+    batches = iter(epochwise)
+    next(batches)
+    assert len(epochwise) == 7, "once the resumed pass is under way, the next pass is a whole epoch"
+    vissl = StatefulDistributedSampler(range(20), 3, num_replicas=2, rank=0)
+    vissl.set_start_iter(2)
+    assert len(vissl) == 4
+    skip = make_batch_sampler(range(20), "training", 0, 1, 0, 3, skip=5)
+    assert len(skip) == 7 and skip.remaining is None, "after an endless repeat, only the epoch's length means anything"
+
+
+def test_skip_past_the_end_of_an_epoch():
+    with pytest.raises(ValueError, match="skip=16 is past the end of a sampler of length 15: skip at most 15"):
+        SkipSampler(range(15), 16)
+    at_the_end = SkipSampler(range(15), 15)
+    assert len(at_the_end) == 15 and at_the_end.remaining == 0 and list(at_the_end) == []
+    endless = SkipSampler(RepeatSampler(ReproducibleShuffleSampler(range(10), 4)), 25)
+    assert len(endless) == 10 and endless.remaining is None
+    assert take(endless, 10) == stream(10, 4, 35)[25:], "past an epoch of an endless stream: into a later one"
+
+
+EVENTS_PER_BATCH = ("on_batch_begin", "on_batch_end")
+
+
+def fit_recording_epoch_len(order, n_epochs: int, resume_at: tuple = (0, 0), stop_at: tuple | None = None):
+    """A Learner's resume protocol without a Learner: each epoch set_epoch, then set_start_iter; the epoch length by
+    the documented rule (start_iter + len() before the pass), recorded at every event with its epoch and batch."""
+    record = []
+    for epoch in range(resume_at[0], n_epochs):
+        order.set_epoch(epoch)
+        order.set_start_iter(resume_at[1] if epoch == resume_at[0] else 0)
+        epoch_len = order.start_iter + len(order)
+        record.append(("on_epoch_begin", epoch, None, epoch_len, len(order)))
+        for i, _ in enumerate(order, start=order.start_iter):
+            for event in EVENTS_PER_BATCH:
+                record.append((event, epoch, i, epoch_len))
+            if (epoch, i) == stop_at:
+                return record, order.state_dict()
+        record.append(("on_epoch_end", epoch, None, epoch_len))
+    return record, None
+
+
+@pytest.mark.parametrize("build", [lambda: EpochBatchSampler(23, 4, seed=1),
+                                   lambda: make_epochwise_batch_sampler(range(23), 1, 1, 0, 4)])
+def test_a_mid_epoch_resume_records_the_same_epoch_length_at_every_event(build):
+    never_stopped, _ = fit_recording_epoch_len(build(), 3)
+    _, state = fit_recording_epoch_len(build(), 3, stop_at=(1, 2))
+    resumed = build()
+    resumed.load_state_dict(state)
+    after, _ = fit_recording_epoch_len(resumed, 3, resume_at=(1, 3))
+    same_point = [r for r in never_stopped if r[1] > 1 or (r[1] == 1 and (r[2] is None or r[2] >= 3))]
+    assert [r[:4] for r in after] == [r[:4] for r in same_point]
+    assert {r[3] for r in after} == {6}
+    assert after[0][4] == 3 and same_point[0][4] == 6, "len() at a resumed on_epoch_begin is the remainder"
 
 
 # ---- bad input ------------------------------------------------------------------------------------------
@@ -511,15 +734,22 @@ BAD = [
     (lambda: ReproducibleShuffleSampler(range(10), "42"), TypeError, "seed must be an int"),
     (lambda: ReproducibleShuffleSampler(range(10), 2**64), ValueError, "seed must be in"),
     (lambda: ReproducibleShuffleSampler(RepeatSampler(range(3)), 0), ValueError, "Shuffle first, then repeat"),
-    (lambda: ReproducibleShuffleSampler(BatchSampler(range(4), 2, False), 0), TypeError, "wraps item samplers"),
-    (lambda: ReproducibleShuffleSampler(SeekableBatchSampler(range(4), 2), 0), TypeError, "wraps item samplers"),
+    (lambda: ReproducibleShuffleBatchSampler(range(4), 0), TypeError, "wraps batch samplers"),
+    (lambda: ReproducibleShuffleSampler(IterOnly([[0, 1], [2]]), 0), TypeError, "a sampler of indices was expected"),
+    (lambda: RepeatSampler(BatchSampler(range(4), 2, False)), TypeError, "use the ...BatchSampler wrapper"),
     (lambda: SeekableBatchSampler(SeekableBatchSampler(range(4), 2), 2), TypeError, "wraps item samplers"),
     (lambda: RepeatBatchSampler(range(4)), TypeError, "wraps batch samplers"),
     (lambda: ReproducibleShuffleSampler(torch.utils.data.TensorDataset(torch.zeros(3)), 0), TypeError, "got a dataset"),
     (lambda: ReproducibleShuffleSampler(5, 0), TypeError, "must be iterable and have a len"),
     (lambda: RepeatSampler([]), ValueError, "empty sampler"),
     (lambda: RepeatSampler(RepeatSampler(range(2))), ValueError, "infinite stream"),
-    (lambda: ReproducibleShuffleSampler(range(3), 0).set_epoch(-1), ValueError, "epoch must be in"),
+    (lambda: ReproducibleShuffleSampler(range(3), 0).set_epoch(-1), ValueError, r"epoch must be in \[0, 18446744073709551615\], got -1"),
+    (lambda: ReproducibleShuffleBatchSampler([[0]], 0).set_epoch(1.0), TypeError, "epoch must be an int"),
+    (lambda: make_epochwise_batch_sampler(range(9), 0, 1, 0, 3).set_epoch(-2), ValueError, "epoch must be in"),
+    (lambda: StatefulDistributedSampler(range(9), 3).set_epoch(-1), ValueError, "epoch must be in"),
+    (lambda: ReproducibleShuffleSampler(range(3), seed=1.5), TypeError, "seed must be an int, got 1.5 of type float"),
+    (lambda: ReproducibleShuffleSampler(range(3), seed=-1), ValueError, "seed must be in"),
+    (lambda: SkipBatchSampler(BatchSampler(range(15), 2, False), 9), ValueError, "skip=9 is past the end of a sampler of length 8: skip at most 8"),
 ]
 
 
