@@ -19,7 +19,7 @@ from torch import nn
 from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException)
-from .engine import DeviceEngine, Engine
+from .engine import AMPEngine, DeviceEngine, Engine
 from .metrics import MeanReducer, as_reducers
 
 # %% auto #0
@@ -104,7 +104,15 @@ class BatchRecorder(Callback):
         self._pending = []
         self._pending_bs = []
 
-# %% ../nbs/04_learner.ipynb #ca39109a
+# %% ../nbs/04_learner.ipynb #6c68e0f8
+def _over_ranks(engine, reducer) -> float:
+    "The value of `reducer` over every process: each one's `per_slot_reduce`, gathered, then `cross_slot_reduce`."
+    if engine.world_size == 1:
+        return reducer.value()
+    mine = torch.tensor(reducer.per_slot_reduce(), dtype=torch.float64)  # counts up to 2**53 stay exact
+    return reducer.cross_slot_reduce([slot.tolist() for slot in engine.sync_tensor(mine, "all_gather")])
+
+# %% ../nbs/04_learner.ipynb #7fb64cc7
 class EpochRecorder(BatchRecorder):
     "A BatchRecorder that also writes one row per epoch: train and valid loss, metrics, time."
     def __init__(self):
@@ -130,16 +138,20 @@ class EpochRecorder(BatchRecorder):
             m.reset()
 
     def on_validate_end(self):
-        if self.valid_loss.count == 0:
+        engine = self.learn.engine
+        counts = engine.sync_tensor(torch.tensor(float(self.valid_loss.count)), "sum")
+        if counts == 0:
             return
-        self.last_valid = {"valid_loss": self.valid_loss.value()}
+        self.last_valid = {"valid_loss": _over_ranks(engine, self.valid_loss)}
         for m in self.learn.metrics:
-            self.last_valid[m.name] = m.value()
+            self.last_valid[m.name] = _over_ranks(engine, m)
 
     def on_epoch_end(self):
         self.flush()
+        total, count = self.learn.engine.sync_tensor(torch.tensor([self._epoch_total, self._epoch_count],
+                                                                  dtype=torch.float64), "sum").tolist()
         row = {"epoch": self.learn.epoch,
-               "train_loss": self._epoch_total / self._epoch_count if self._epoch_count else math.nan,
+               "train_loss": total / count if count else math.nan,
                "valid_loss": math.nan}
         row.update({name: math.nan for name in self.metric_names})
         if self.last_valid is not None:
@@ -151,7 +163,7 @@ class EpochRecorder(BatchRecorder):
     def on_train_end(self):
         self.flush()
 
-# %% ../nbs/04_learner.ipynb #91da047e
+# %% ../nbs/04_learner.ipynb #08ba145d
 class Recorder(EpochRecorder):
     "Records every training batch's loss and hyper-parameters, and per epoch the losses, metrics and time."
     def smooth_losses(self, beta: float = 0.98) -> list[float]:
@@ -204,7 +216,7 @@ class Recorder(EpochRecorder):
         ax.legend()
         return ax.figure
 
-# %% ../nbs/04_learner.ipynb #59713144
+# %% ../nbs/04_learner.ipynb #260730fd
 class ProgressCallback(Callback):
     "Prints a header at the start of training and one row per epoch: losses, metrics and time."
     order = 90  # after the Recorder has written the epoch's row
@@ -232,7 +244,7 @@ class ProgressCallback(Callback):
         cells.append(f"{row['time']:>11.2f}s")
         self._print("  ".join(cells))
 
-# %% ../nbs/04_learner.ipynb #42e0bb38
+# %% ../nbs/04_learner.ipynb #a3433131
 def _as_list(cbs) -> list:
     "`cbs` as a list: None is empty, one callback is a list of one."
     if cbs is None:
@@ -248,7 +260,7 @@ def _length(dl) -> int | None:
     except TypeError:
         return None
 
-# %% ../nbs/04_learner.ipynb #197e8695
+# %% ../nbs/04_learner.ipynb #52b9ed8f
 def _as_engine(engine):
     "`engine` if it is an Engine, the default DeviceEngine for None; a TypeError otherwise."
     if engine is None:
@@ -261,7 +273,7 @@ def _as_engine(engine):
                         f"or a DDP engine of notebook 13), got {engine!r} of type {type(engine).__name__}")
     return engine
 
-# %% ../nbs/04_learner.ipynb #13df662b
+# %% ../nbs/04_learner.ipynb #ae7a938a
 class LearnerBase:
     "The state a callback sees and changes: model, data, loss, optimizers, engine, counters, the current batch."
     def __init__(self, model: nn.Module, dls, loss_func: Callable = nn.functional.cross_entropy,
@@ -328,7 +340,17 @@ class LearnerBase:
         self.opts = {"main": self.opt_func(self.model.parameters(), lr=self.lr)}
         self.opt = self.opts["main"]
 
-# %% ../nbs/04_learner.ipynb #f6fcddf6
+    def to_fp16(self) -> LearnerBase:
+        "Train in mixed precision, float16 with loss scaling: `AMPEngine(torch.float16)` on this engine's device."
+        self.engine = AMPEngine(torch.float16, device=self.engine.device)
+        return self
+
+    def to_bf16(self) -> LearnerBase:
+        "Train in mixed precision, bfloat16: `AMPEngine(torch.bfloat16)` on this engine's device."
+        self.engine = AMPEngine(torch.bfloat16, device=self.engine.device)
+        return self
+
+# %% ../nbs/04_learner.ipynb #1f72d782
 def _shape(x) -> str:
     "A short description of a batch element for error messages: its shape if it has one."
     if isinstance(x, torch.Tensor):
@@ -337,7 +359,7 @@ def _shape(x) -> str:
         return "(" + ", ".join(_shape(e) for e in x) + ")"
     return type(x).__name__
 
-# %% ../nbs/04_learner.ipynb #77dee4d2
+# %% ../nbs/04_learner.ipynb #bc701d43
 def _checked_call(learn, what: str, fn: Callable, *args):
     "`fn(*args)` for the model or the loss function; an error names the batch and the shapes involved."
     try:
@@ -359,7 +381,7 @@ def _where(learn) -> str:
     "Which batch of which epoch, for error messages."
     return f"{'training' if learn.training else 'validation'} batch {learn.iter} of epoch {learn.epoch}"
 
-# %% ../nbs/04_learner.ipynb #6c3787f5
+# %% ../nbs/04_learner.ipynb #350e3444
 class BatchLoop(LearnerBase):
     "The Learner's state, plus one batch: forward, loss, backward, step, zero_grad, with their events."
     def _do_batch(self) -> None:
@@ -414,7 +436,7 @@ class BatchLoop(LearnerBase):
             if not isinstance(cancel, CancelZeroGradException):
                 raise  # a broader cancel: on to the enclosing phase
 
-# %% ../nbs/04_learner.ipynb #803f09fe
+# %% ../nbs/04_learner.ipynb #345ac5dc
 class EpochLoop(BatchLoop):
     "One batch, plus the epochs: set the data order, train on every batch, validate, with their events."
     def _do_epoch(self, first_iter: int, resume) -> None:
@@ -479,7 +501,7 @@ class EpochLoop(BatchLoop):
             if not isinstance(cancel, CancelValidateException):
                 raise  # a broader cancel: on to the enclosing phase
 
-# %% ../nbs/04_learner.ipynb #f4df0e8f
+# %% ../nbs/04_learner.ipynb #e0938f40
 class PausableLoop(EpochLoop):
     "The epochs, plus where a run paused now would continue (`position`), and a way to continue there (`resume_at`)."
     def __init__(self, *args, **kwargs):
@@ -509,7 +531,7 @@ class PausableLoop(EpochLoop):
         self._idle_position = (epoch, batch)
         self._resume = (epoch, batch, restore)
 
-# %% ../nbs/04_learner.ipynb #c1dc792d
+# %% ../nbs/04_learner.ipynb #245fba0a
 class Learner(PausableLoop):
     "A model, its data, loss function, optimizers and engine; `fit` trains them, calling the callbacks at every event."
     def fit(self, n_epochs: int, lr: float | None = None, cbs=None) -> None:

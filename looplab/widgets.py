@@ -310,11 +310,12 @@ class LossPlot(Callback):
         self._total = None if self._per_epoch is None else learn.n_epochs * self._per_epoch
         self._pos0 = None  # training batches before the first one of this fit (non-zero when resuming)
         self._epochs_done = 0
-        widget = self.mode == "widget" or (self.mode == "auto" and in_notebook())
+        master = learn.engine.is_master_process  # several processes draw one picture: the master's
+        widget = master and (self.mode == "widget" or (self.mode == "auto" and in_notebook()))
         self.live = self._open_figure() if widget else None
         self.throttle = self.live.throttle if widget else Throttle(self.every_ms, self.max_overhead)
         self.throttle.start(LiveFigure.full_draw_seconds if widget else 0.0)
-        self._drawing = True
+        self._drawing = master
         if widget and _shell() is not None:
             self._open_controls()
             self.live.show()
@@ -645,7 +646,7 @@ class LRPlot(Callback):
         self._first = len(learn.recorder.hypers)  # steps of earlier fits are not drawn
         self.lrs = [[] for _ in groups]
         self.moms = [[] for _ in groups] if self._track_mom else []
-        widget = self.mode == "widget" or (self.mode == "auto" and in_notebook())
+        widget = learn.engine.is_master_process and (self.mode == "widget" or (self.mode == "auto" and in_notebook()))
         self.live = self._open_figure() if widget else None
         self._drawing = widget
         if widget:
