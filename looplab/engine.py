@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['available_devices', 'resolve_device', 'Engine', 'DeviceEngine', 'check_autocast', 'AMPEngine']
+__all__ = ['available_devices', 'resolve_device', 'Engine', 'DeviceEngine', 'move_optimizer_state', 'check_autocast', 'AMPEngine']
 
 # %% ../nbs/04_engine.ipynb #eff92b36
 def available_devices() -> list[str]:
@@ -172,7 +172,15 @@ class DeviceEngine(Engine):
         "Forget the gradients (set them to None)."
         optimizer.zero_grad()
 
-# %% ../nbs/04_engine.ipynb #0f996031
+# %% ../nbs/04_engine.ipynb #1ea6ba2e
+def move_optimizer_state(optimizer) -> None:
+    "Move `optimizer`'s state tensors to the device of the parameter each belongs to (the `step` counters stay)."
+    for param, state in optimizer.state.items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and key != "step" and value.device != param.device:
+                state[key] = value.to(param.device)
+
+# %% ../nbs/04_engine.ipynb #a412189d
 def check_autocast(device: torch.device, dtype: torch.dtype) -> None:
     "Raise a ValueError naming `device` and `dtype` if `torch.autocast` cannot run a matmul in `dtype` there."
     if dtype not in (torch.float16, torch.bfloat16):
@@ -187,7 +195,7 @@ def check_autocast(device: torch.device, dtype: torch.dtype) -> None:
         raise ValueError(f"torch.autocast on {device.type} does not compute in {dtype} with this torch "
                          f"({torch.__version__}); use the other dtype or another device")
 
-# %% ../nbs/04_engine.ipynb #6de419b7
+# %% ../nbs/04_engine.ipynb #08fbd825
 class AMPEngine(DeviceEngine):
     "Forward and loss under `torch.autocast(dtype)`; for float16, a `GradScaler` that scales, unscales and skips."
     def __init__(self, dtype: torch.dtype = torch.float16, device=None, init_scale: float = 2.0**16):

@@ -19,7 +19,7 @@ from torch import nn
 from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException)
-from .engine import AMPEngine, DeviceEngine, Engine
+from .engine import AMPEngine, DeviceEngine, Engine, move_optimizer_state
 from .metrics import MeanReducer, as_reducers
 
 # %% auto #0
@@ -547,6 +547,8 @@ class Learner(PausableLoop):
         self.model = self.engine.init_components(self.model)
         try:
             self._prepare_opts(lr)
+            for opt in self.opts.values():
+                move_optimizer_state(opt)  # to the devices init_components put the parameters on
             self.cbh("on_train_begin")
             if self.clip_fn is not None and not callable(self.clip_fn):
                 raise TypeError(f"learn.clip_fn must be None or callable as clip_fn(params), e.g. lambda params: "
