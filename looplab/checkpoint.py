@@ -88,9 +88,15 @@ def _check_fits(learn, state: dict) -> None:
         raise ValueError(f"the state was saved by a {kind} with state {sorted(state['engine']['state'])}, but "
                          f"this learner runs {learn.engine!r} with state {sorted(learn.engine.state_dict())}: "
                          "build the learner with the same kind of engine")
-    if sorted(state["optimizers"]) != sorted(learn.opts):
+    names = sorted(learn.opts) if learn.opts else ["main"]  # without optimizers, create_opt will make "main"
+    if sorted(state["optimizers"]) != names:
         raise ValueError(f"the state has optimizers {sorted(state['optimizers'])} but this learner has "
-                         f"{sorted(learn.opts)}: create the same optimizers (learn.opts) before loading")
+                         f"{names}: create the same optimizers (learn.opts) before loading")
+    epoch, batch = state["loop"]["epoch"], state["loop"]["iter"]
+    if batch and not learn.can_start_mid_epoch:
+        raise ValueError(f"this state was taken in the middle of epoch {epoch} (after batch {batch}), but dls.train "
+                         "cannot start mid-epoch: build it with DataLoaders.from_tensors, or give it a batch sampler "
+                         "with set_epoch and set_start_iter (e.g. looplab.data.EpochBatchSampler)")
     mine = learn.engine.unwrap_model(learn.model).state_dict()
     for key in [*state["model"], *mine]:
         if key not in mine or key not in state["model"]:
@@ -100,12 +106,12 @@ def _check_fits(learn, state: dict) -> None:
             raise ValueError(f"the saved model and this model differ at {key!r}: saved shape "
                              f"{tuple(state['model'][key].shape)}, this model's {tuple(mine[key].shape)}")
 
-# %% ../nbs/12_checkpoint.ipynb #2319eee9
+# %% ../nbs/12_checkpoint.ipynb #c2b833a0
 def load_learner_state(learn, state: dict) -> None:
     "Load `learner_state`'s result into `learn`; its next `fit(n_epochs)` continues exactly where that was taken."
+    _check_fits(learn, state)
     if not learn.opts:
         learn.create_opt()
-    _check_fits(learn, state)
     loop = state["loop"]
     saved_callbacks = state["callbacks"]
 

@@ -61,10 +61,10 @@ def test_b_a_scaled_loss_is_not_recorded_as_the_loss():
             self.learn.loss_grad = self.learn.loss_grad * 1000
 
     set_seed(0)
-    plain = quiet(Learner(small_model(), batches(1), lr=0.0))
+    plain = quiet(Learner(small_model(), batches(1)))
     plain.fit(1)
     set_seed(0)
-    scaled = quiet(Learner(small_model(), batches(1), lr=0.0, cbs=[Scale()]))
+    scaled = quiet(Learner(small_model(), batches(1), cbs=[Scale()]))
     scaled.fit(1)
     assert scaled.recorder.losses == plain.recorder.losses and 1 < plain.recorder.losses[0] < 5
 

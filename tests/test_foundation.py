@@ -120,8 +120,14 @@ def test_zero_epochs_trains_nothing():
     assert all(torch.equal(b, p) for b, p in zip(before, learn.model.parameters()))
 
 
+class NoBatches:
+    "An iterable without a length that yields nothing (a filtered stream that filtered everything out)."
+    def __iter__(self):
+        return iter([])
+
+
 def test_empty_training_data_without_len_is_caught_after_the_epoch():
-    learn = Learner(model(), DataLoaders(iter([]), None))
+    learn = Learner(model(), DataLoaders(NoBatches(), None))
     with pytest.raises(ValueError, match="yielded no batch"):
         learn.fit(1)
 
