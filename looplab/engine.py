@@ -136,8 +136,8 @@ class DeviceEngine(Engine):
         "`x` on this engine's device: a tensor, a module, or any tuple/list/dict nesting of them."
         if isinstance(x, torch.Tensor):
             return x if x.device == self.device else x.to(self.device, non_blocking=True)
-        if isinstance(x, (list, tuple)):
-            moved = [self.sync_device(v) for v in x]
+        if isinstance(x, (list, tuple)):  # tensors already in place are kept without a call: the common batch
+            moved = [v if isinstance(v, torch.Tensor) and v.device == self.device else self.sync_device(v) for v in x]
             if type(x) in (list, tuple):
                 return moved if type(x) is list else tuple(moved)
             return type(x)(*moved) if hasattr(x, "_fields") else type(x)(moved)  # a namedtuple takes fields as arguments

@@ -84,7 +84,10 @@ class BatchRecorder(Callback):
 
     def on_step_end(self):
         groups = self.learn.opt.param_groups
-        self._hyper = (tuple([g["lr"] for g in groups]), tuple([group_momentum(g) for g in groups]))
+        if len(groups) == 1:  # the common case, without the loops: this runs on every batch
+            self._hyper = ((groups[0]["lr"],), (group_momentum(groups[0]),))
+        else:
+            self._hyper = (tuple([g["lr"] for g in groups]), tuple([group_momentum(g) for g in groups]))
 
     def on_step_cancel(self):
         self.on_step_end()
@@ -94,7 +97,8 @@ class BatchRecorder(Callback):
         learn = self.learn
         if learn.training:
             self._pending.append(learn.loss)
-            self._pending_bs.append(n_items(learn.yb))
+            yb = learn.yb
+            self._pending_bs.append(yb.shape[0] if type(yb) is torch.Tensor and yb.ndim else n_items(yb))
             self.hypers.append(self._hyper)
             if len(self._pending) >= self.flush_every:
                 self.flush()
@@ -283,14 +287,6 @@ def default_split_batch(batch) -> tuple:
                     "Learner(..., split_batch=lambda batch: (inputs, targets)), where inputs is a tensor, a tuple "
                     "(the model's positional arguments) or a dict (its keyword arguments)")
 
-def _spread(fn: Callable, x, *first):
-    "`fn(*first, x)`, with `x` spread: a tuple as positional arguments, a dict as keyword arguments."
-    if type(x) is tuple:
-        return fn(*first, *x)
-    if isinstance(x, dict):
-        return fn(*first, **x)
-    return fn(*first, x)
-
 def _checked_lr(lr) -> float:
     "`lr` if it is a finite number > 0; a TypeError or ValueError naming it otherwise."
     if isinstance(lr, bool) or not isinstance(lr, (int, float)):
@@ -421,7 +417,12 @@ def _shape(x) -> str:
 def _checked_call(learn, what: str, fn: Callable, x, *first):
     "`fn(*first, x)` (`x` spread) for the model or the loss function; an error names the batch and the shapes."
     try:
-        out = _spread(fn, x, *first)
+        if type(x) is tuple:  # several positional inputs (or targets)
+            out = fn(*first, *x)
+        elif isinstance(x, dict):
+            out = fn(*first, **x)
+        else:
+            out = fn(*first, x)
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
         given = f"xb {_shape(x)}" if what == "the model" else f"preds {_shape(first[0])}"
         message = f"{what} failed on {_where(learn)} ({given}, yb {_shape(learn.yb)}): {e}"
