@@ -2,10 +2,12 @@
 
 Usage: run_tour.py [NBS_DIR] [--out DIR]   (--out: also save the executed notebooks there, to read them)"""
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 
@@ -16,11 +18,14 @@ def main(nbs_dir: str, out_dir: str | None = None) -> int:
         return 1
     failed = []
     total = 0.0
+    sockets = tempfile.TemporaryDirectory(prefix="looplab-tour-")  # the kernels' IPC sockets
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         start = time.perf_counter()
         try:
-            NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+            # IPC transport: the kernel talks over local sockets, not TCP, so it has no plain-text-TCP warning to print
+            km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets.name) / path.stem))
+            NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(path.parent)}}).execute()
             status = "ok"
         except Exception as e:  # report every notebook, then fail at the end
             status = f"FAILED: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}"
@@ -31,6 +36,7 @@ def main(nbs_dir: str, out_dir: str | None = None) -> int:
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, Path(out_dir) / path.name)
         print(f"{path.name:32s} {took:6.1f} s  {status}", flush=True)
+    sockets.cleanup()
     print(f"{'total':32s} {total:6.1f} s  {len(paths) - len(failed)} ran, {len(failed)} failed")
     return 1 if failed else 0
 
