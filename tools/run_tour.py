@@ -22,14 +22,17 @@ def main(nbs_dir: str, out_dir: str | None = None) -> int:
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         start = time.perf_counter()
+        # IPC transport: the kernel talks over local sockets, not TCP, so it has no plain-text-TCP warning to print
+        km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets.name) / path.stem))
         try:
-            # IPC transport: the kernel talks over local sockets, not TCP, so it has no plain-text-TCP warning to print
-            km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets.name) / path.stem))
             NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(path.parent)}}).execute()
             status = "ok"
         except Exception as e:  # report every notebook, then fail at the end
             status = f"FAILED: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}"
             failed.append(path.name)
+        finally:
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)  # a kernel we started is ours to stop
         took = time.perf_counter() - start
         total += took
         if out_dir:
