@@ -62,6 +62,11 @@ class Engine:
                             "rather than Engine to get the one-device versions")
         self.device = resolve_device(device)
 
+    @property
+    def moves_batches(self) -> bool:
+        "Whether batches need `sync_device`: not on the CPU, where loaders already put them (it saves ~2 µs a batch)."
+        return self.device.type != "cpu"
+
     def init_components(self, model: nn.Module) -> nn.Module:
         "Prepare `model` at `fit`'s start: on the device (and wrapped, for DDP); return what the loop calls."
         return model.to(self.device)

@@ -531,10 +531,11 @@ class EpochLoop(BatchLoop):
         batch_iter = iter(batches)
         if resume is not None:
             resume()  # paused after a batch: continue exactly where that batch left the generators
+        move = self.engine.moves_batches
         for i, batch in enumerate(batch_iter, start=first_iter):
             self.iter = i
             self.n_iter += 1
-            self.xb, self.yb = self.split_batch(self.engine.sync_device(batch))
+            self.xb, self.yb = self.split_batch(self.engine.sync_device(batch) if move else batch)
             self._do_batch()
         self._train_stop = self.iter + 1
         if self._train_stop == 0:
@@ -549,10 +550,11 @@ class EpochLoop(BatchLoop):
         self.dl = dl
         try:
             self.cbh("on_validate_begin")
+            move = self.engine.moves_batches
             with torch.no_grad():
                 for i, batch in enumerate(dl):
                     self.iter = i
-                    self.xb, self.yb = self.split_batch(self.engine.sync_device(batch))
+                    self.xb, self.yb = self.split_batch(self.engine.sync_device(batch) if move else batch)
                     self._do_batch()
             self.cbh("on_validate_end")
         except CancelException as cancel:
