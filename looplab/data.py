@@ -253,7 +253,7 @@ class DataLoaders:
         "Map-style datasets read by torch's `DataLoader`, in looplab's resumable order, each item seeded by its key."
         _check_from_datasets(train_ds, valid_ds, bs, seed, num_workers, collate_fn, persistent_workers, valid_bs)
         options = dict(num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
-                       persistent_workers=persistent_workers)
+                       persistent_workers=persistent_workers, generator=torch.Generator().manual_seed(seed))
         positions = EpochBatchSampler(len(train_ds), bs, seed=seed, shuffle=False, drop_last=drop_last)
         batches = SeededBatchSampler(positions, len(train_ds), seed, shuffle)
         train = DataLoader(SeededDataset(train_ds), batch_sampler=batches, **options)
@@ -332,6 +332,18 @@ class SeededDataset:
             return self.random_getitem(key.index, torch.Generator().manual_seed(key.seed))
         seed_item(key.seed)
         return self.dataset[key.index]
+
+    def __getitems__(self, keys: list[ItemKey]) -> list:
+        "A batch's items; the global generators are then put back, so the main process's own stream goes on."
+        if self.random_getitem is not None:
+            return [self[key] for key in keys]
+        saved = (torch.default_generator.get_state(), random.getstate(), np.random.get_state())
+        try:
+            return [self[key] for key in keys]
+        finally:
+            torch.default_generator.set_state(saved[0])
+            random.setstate(saved[1])
+            np.random.set_state(saved[2])
 
 # %% ../nbs/01_bare_loop.ipynb #de9ed9b2
 class SeededBatchSampler:
