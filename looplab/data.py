@@ -15,9 +15,9 @@ import torch
 from torch.utils.data import DataLoader
 
 # %% auto #0
-__all__ = ['load_digits', 'ArrayDataset', 'collate_batch', 'shuffled_order', 'EpochBatchSampler', 'StatefulLoader', 'DataLoaders',
-           'make_rings', 'ItemKey', 'item_seeds', 'seed_item', 'SeededDataset', 'SeededBatchSampler',
-           'ValidationBatchSampler']
+__all__ = ['GLOBAL_GENERATORS', 'load_digits', 'ArrayDataset', 'collate_batch', 'shuffled_order', 'EpochBatchSampler',
+           'StatefulLoader', 'DataLoaders', 'make_rings', 'ItemKey', 'item_seeds', 'seed_item', 'SeededDataset',
+           'SeededBatchSampler', 'ValidationBatchSampler']
 
 # %% ../nbs/01_bare_loop.ipynb #23ea2bb9
 def load_digits(flatten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -249,17 +249,18 @@ class DataLoaders:
     def from_datasets(cls, train_ds, valid_ds=None, bs: int = 64, *, seed: int = 42, shuffle: bool = True,
                       num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
                       persistent_workers: bool = False, drop_last: bool = False,
-                      valid_bs: int | None = None) -> DataLoaders:
+                      valid_bs: int | None = None,
+                      seed_generators: tuple[str, ...] = ("torch", "random", "numpy")) -> DataLoaders:
         "Map-style datasets read by torch's `DataLoader`, in looplab's resumable order, each item seeded by its key."
         _check_from_datasets(train_ds, valid_ds, bs, seed, num_workers, collate_fn, persistent_workers, valid_bs)
         options = dict(num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
                        persistent_workers=persistent_workers, generator=torch.Generator().manual_seed(seed))
         positions = EpochBatchSampler(len(train_ds), bs, seed=seed, shuffle=False, drop_last=drop_last)
         batches = SeededBatchSampler(positions, len(train_ds), seed, shuffle)
-        train = DataLoader(SeededDataset(train_ds), batch_sampler=batches, **options)
+        train = DataLoader(SeededDataset(train_ds, seed_generators), batch_sampler=batches, **options)
         valid = None
         if valid_ds is not None:
-            valid = DataLoader(SeededDataset(valid_ds),
+            valid = DataLoader(SeededDataset(valid_ds, seed_generators),
                                batch_sampler=ValidationBatchSampler(len(valid_ds), valid_bs or 2 * bs, seed), **options)
         return cls(train, valid)
 
@@ -311,17 +312,26 @@ def item_seeds(seed: int, epoch: int, positions) -> list[int]:
     return _mix64(z).tolist()
 
 # %% ../nbs/01_bare_loop.ipynb #8c825a12
-def seed_item(seed: int) -> None:
-    "Seed PyTorch's CPU, Python's and NumPy's global generators from one item's 64-bit seed."
-    torch.default_generator.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed >> 32)
+GLOBAL_GENERATORS = ("torch", "random", "numpy")
+
+def seed_item(seed: int, generators: tuple[str, ...] = GLOBAL_GENERATORS) -> None:
+    "Seed the named global generators (PyTorch's CPU one, Python's, NumPy's) from one item's 64-bit seed."
+    if "torch" in generators:
+        torch.default_generator.manual_seed(seed)
+    if "random" in generators:
+        random.seed(seed)
+    if "numpy" in generators:
+        np.random.seed(seed >> 32)
 
 # %% ../nbs/01_bare_loop.ipynb #a5f957a7
 class SeededDataset:
-    "A map-style dataset read through `ItemKey`s: each item's randomness is seeded from its key just before it is fetched."
-    def __init__(self, dataset):
+    "A map-style dataset read through `ItemKey`s: each item's randomness is seeded from its key before it is fetched."
+    def __init__(self, dataset, generators: tuple[str, ...] = GLOBAL_GENERATORS):
+        unknown = [g for g in generators if g not in GLOBAL_GENERATORS]
+        if unknown or isinstance(generators, str):
+            raise ValueError(f"seed_generators must be a tuple of names from {GLOBAL_GENERATORS}, got {generators!r}")
         self.dataset = dataset
+        self.generators = tuple(generators)
         self.random_getitem = getattr(dataset, "random_getitem", None)  # Grain's way: an explicit generator
 
     def __len__(self) -> int:
@@ -330,12 +340,12 @@ class SeededDataset:
     def __getitem__(self, key: ItemKey):
         if self.random_getitem is not None:
             return self.random_getitem(key.index, torch.Generator().manual_seed(key.seed))
-        seed_item(key.seed)
+        seed_item(key.seed, self.generators)
         return self.dataset[key.index]
 
     def __getitems__(self, keys: list[ItemKey]) -> list:
         "A batch's items; the global generators are then put back, so the main process's own stream goes on."
-        if self.random_getitem is not None:
+        if self.random_getitem is not None or not self.generators:
             return [self[key] for key in keys]
         saved = (torch.default_generator.get_state(), random.getstate(), np.random.get_state())
         try:
@@ -380,7 +390,8 @@ class SeededBatchSampler:
                 epoch = self.positions.epoch
                 order = shuffled_order(self.n, self.seed, epoch) if self.shuffle else torch.arange(self.n)
             items = order[batch].tolist()
-            yield [ItemKey(*key) for key in zip(items, [epoch] * len(batch), batch, item_seeds(self.seed, epoch, batch))]
+            seeds = item_seeds(self.seed, epoch, batch)
+            yield [ItemKey(i, epoch, p, s) for i, p, s in zip(items, batch, seeds)]
 
     def state_dict(self) -> dict:
         "The seed, and the position sampler's state (plain numbers)."
