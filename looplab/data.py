@@ -255,14 +255,8 @@ class DataLoaders:
         _check_from_datasets(train_ds, valid_ds, bs, seed, num_workers, collate_fn, persistent_workers, valid_bs)
         options = dict(num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
                        persistent_workers=persistent_workers, generator=torch.Generator().manual_seed(seed))
-        positions = EpochBatchSampler(len(train_ds), bs, seed=seed, shuffle=False, drop_last=drop_last)
-        batches = SeededBatchSampler(positions, len(train_ds), seed, shuffle)
-        train = DataLoader(SeededDataset(train_ds, seed_generators), batch_sampler=batches, **options)
-        valid = None
-        if valid_ds is not None:
-            valid = DataLoader(SeededDataset(valid_ds, seed_generators),
-                               batch_sampler=ValidationBatchSampler(len(valid_ds), valid_bs or 2 * bs, seed), **options)
-        return cls(train, valid)
+        return cls(*_seeded_loaders(train_ds, valid_ds, bs, seed, shuffle, drop_last, valid_bs, seed_generators,
+                                    options))
 
 # %% ../nbs/01_bare_loop.ipynb #e1cf9c4d
 def make_rings(n: int = 2048, n_modes: int = 8, radius: float = 2.0, std: float = 0.05,
@@ -442,3 +436,15 @@ def _check_from_datasets(train_ds, valid_ds, bs, seed, num_workers, collate_fn, 
     if persistent_workers and num_workers == 0:
         raise ValueError("persistent_workers=True needs worker processes to keep: give num_workers >= 1, or "
                          "persistent_workers=False")
+
+# %% ../nbs/01_bare_loop.ipynb #78978c5e
+def _seeded_loaders(train_ds, valid_ds, bs, seed, shuffle, drop_last, valid_bs, seed_generators, options) -> tuple:
+    "The training and validation `DataLoader`s of `DataLoaders.from_datasets`, each item seeded from its key."
+    positions = EpochBatchSampler(len(train_ds), bs, seed=seed, shuffle=False, drop_last=drop_last)
+    batches = SeededBatchSampler(positions, len(train_ds), seed, shuffle)
+    train = DataLoader(SeededDataset(train_ds, seed_generators), batch_sampler=batches, **options)
+    valid = None
+    if valid_ds is not None:
+        valid_batches = ValidationBatchSampler(len(valid_ds), valid_bs or 2 * bs, seed)
+        valid = DataLoader(SeededDataset(valid_ds, seed_generators), batch_sampler=valid_batches, **options)
+    return train, valid
