@@ -12,6 +12,7 @@ cfg = cfg["DEFAULT"]
 licenses = {"apache2": "Apache-2.0"}  # settings.ini's nbdev name → SPDX expression
 statuses = ["1 - Planning", "2 - Pre-Alpha", "3 - Alpha", "4 - Beta", "5 - Production/Stable", "6 - Mature", "7 - Inactive"]
 min_python = cfg["min_python"]
+lib = cfg["lib_path"]
 
 setuptools.setup(
     name=cfg["lib_name"],
@@ -30,8 +31,10 @@ setuptools.setup(
         "Natural Language :: " + cfg["language"].title(),
         "Programming Language :: Python :: 3",
     ],
-    packages=setuptools.find_packages(include=[cfg["lib_path"], cfg["lib_path"] + ".*"]),
-    package_data={cfg["lib_path"]: ["assets/*"]},
+    # looplab/assets holds data, not code: it has no __init__.py, so find_packages skips it and setuptools warns
+    # that it "would be ignored"; naming it as a package of its own ships its files by declaration
+    packages=[*setuptools.find_packages(include=[lib, lib + ".*"]), lib + ".assets"],
+    package_data={lib + ".assets": ["*.npz", "*.md"]},
     include_package_data=True,
     python_requires=">=" + min_python,
     install_requires=cfg["requirements"].split(),

@@ -248,10 +248,27 @@ def write_checkpoint(state: dict, path: str | os.PathLike, keep_prev: bool = Tru
     atomic_save({"header": header, "state": state}, path)
     return path
 
+# %% ../nbs/12_checkpoint.ipynb #e72d860f
+def _check_can_resume_mid_epoch(learn, what: str) -> None:
+    "Refuse `what` (a mid-epoch save) when `dls.train` could not continue from it, naming loaders that can."
+    order = learn.train_order
+    if hasattr(order, "set_start_iter") or isinstance(learn.dls.train, (list, tuple)):
+        return
+    raise ValueError(f"{what}: dls.train ({type(learn.dls.train).__name__}) cannot restart in the middle of an "
+                     "epoch, so that checkpoint could never be loaded. Build the training loader with "
+                     "DataLoaders.from_datasets (your Dataset, with workers and reproducible augmentations) or "
+                     "DataLoaders.from_tensors, or use a resumable loader (a batch sampler with set_epoch and "
+                     "set_start_iter, or a loader with state_dict/load_state_dict such as torchdata's "
+                     "StatefulDataLoader); or save at epoch ends only, e.g. Checkpoint(path, at_epoch_end=True)")
+
 # %% ../nbs/12_checkpoint.ipynb #4f522a15
 def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> Path:
     "Write `learner_state(learn)` to `path` (on the master process only); the file it replaces becomes `path.prev`."
     path = _as_path(path)
+    epoch, batch = learn.position
+    if batch:
+        _check_can_resume_mid_epoch(learn, f"save_checkpoint refuses to write {str(path)!r} after batch {batch} of "
+                                           f"epoch {epoch}")
     learn.engine.save_checkpoint(learner_state(learn), path, keep_prev)
     return path
 
@@ -332,6 +349,11 @@ class Checkpoint(Callback):
         self.every_n_batches = every_n_batches
         self.at_epoch_end = at_epoch_end
         self.keep_prev = keep_prev
+
+    def on_train_begin(self):
+        if self.every_n_batches:  # before the first batch, not after the crash
+            _check_can_resume_mid_epoch(self.learn, f"Checkpoint(every_n_batches={self.every_n_batches}) would "
+                                                    f"save mid-epoch to {str(self.path)!r}")
 
     def on_batch_end(self):
         if self.every_n_batches and self.learn.training and self.learn.n_iter % self.every_n_batches == 0:

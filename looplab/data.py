@@ -6,14 +6,18 @@
 from __future__ import annotations
 
 import math
+import random
 from importlib.resources import files
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 # %% auto #0
-__all__ = ['load_digits', 'ArrayDataset', 'collate_batch', 'EpochBatchSampler', 'DataLoaders', 'make_rings']
+__all__ = ['GLOBAL_GENERATORS', 'load_digits', 'ArrayDataset', 'collate_batch', 'shuffled_order', 'EpochBatchSampler',
+           'StatefulLoader', 'DataLoaders', 'make_rings', 'ItemKey', 'item_seeds', 'seed_item', 'SeededDataset',
+           'SeededBatchSampler', 'ValidationBatchSampler']
 
 # %% ../nbs/01_bare_loop.ipynb #23ea2bb9
 def load_digits(flatten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,6 +52,12 @@ class ArrayDataset:
 def collate_batch(batch):
     "Collate for `ArrayDataset`: its `__getitems__` already returns the stacked batch."
     return batch
+
+# %% ../nbs/01_bare_loop.ipynb #bc7d2210
+def shuffled_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    "The permutation of `range(n)` for (seed, epoch): nearby seeds and epochs give unrelated orders."
+    key = int(np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0] >> 1)
+    return torch.randperm(n, generator=torch.Generator().manual_seed(key))
 
 # %% ../nbs/01_bare_loop.ipynb #90e03131
 class EpochBatchSampler:
@@ -99,8 +109,7 @@ class EpochBatchSampler:
         "The permutation of `range(n)` for the current epoch (the identity when not shuffling)."
         if not self.shuffle:
             return torch.arange(self.n)
-        key = int(np.random.SeedSequence([self.seed, self.epoch]).generate_state(1, dtype=np.uint64)[0] >> 1)
-        return torch.randperm(self.n, generator=torch.Generator().manual_seed(key))
+        return shuffled_order(self.n, self.seed, self.epoch)
 
     def __len__(self) -> int:
         "Batches of the next pass: a whole epoch once a pass is under way, fewer after `set_start_iter`."
@@ -139,12 +148,78 @@ class EpochBatchSampler:
         self.set_epoch(state["epoch"])
         self.set_start_iter(state["start_iter"])
 
+# %% ../nbs/01_bare_loop.ipynb #4c80e9b6
+class StatefulLoader:
+    "A loader that saves and restores its own position (`state_dict`/`load_state_dict`) as a resumable training order."
+    def __init__(self, loader):
+        self.loader = loader
+        self.epoch = 0  # the epoch of the pass under way, or else of the next pass
+        self.start_iter = 0  # where the next pass starts: the restored loader's batch
+        self._handed = 0  # batches of the current epoch handed out
+        self._in_pass = False
+
+    @staticmethod
+    def wrap_if_needed(loader):
+        "`loader` in a `StatefulLoader` if it saves its own position and no sampler of it says how to resume."
+        own_state = hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict")
+        candidates = (loader, getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None))
+        if not own_state or any(hasattr(c, "set_epoch") for c in candidates):
+            return loader
+        return StatefulLoader(loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        "Name the epoch of the next pass; a loader just restored still starts where it was saved."
+        self.epoch = epoch
+        if self._in_pass:
+            self.start_iter = 0
+            self._in_pass = False
+
+    def set_start_iter(self, start_iter: int) -> None:
+        "Check that the loader continues at batch `start_iter`: it cannot seek, only be restored."
+        if start_iter != self.start_iter:
+            raise ValueError(f"start_iter={start_iter}, but the {type(self.loader).__name__} continues at batch "
+                             f"{self.start_iter}: it cannot seek; load the state saved at that batch instead")
+
+    def __len__(self) -> int:
+        "Batches in a whole epoch."
+        return len(self.loader)
+
+    def __iter__(self):
+        self._in_pass = True
+        self._handed = self.start_iter
+        for batch in self.loader:
+            self._handed += 1
+            yield batch
+        self._in_pass = False
+        self.start_iter = 0
+
+    def state_dict(self) -> dict:
+        "The epoch, the batches of it handed out, and the loader's own state."
+        return {"type": type(self).__name__, "epoch": self.epoch,
+                "start_iter": self._handed if self._in_pass else 0, "loader": self.loader.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        "Restore the loader's position and the epoch it is in."
+        self.loader.load_state_dict(state["loader"])
+        self.epoch = state["epoch"]
+        self.start_iter = state["start_iter"]
+        self._in_pass = False
+
 # %% ../nbs/01_bare_loop.ipynb #8ac92ee6
 class DataLoaders:
     "A training and a validation loader: anything that iterates over `(xb, yb)` batches."
     def __init__(self, train, valid=None):
         self.train = train
         self.valid = valid
+
+    @property
+    def train(self):
+        "The training loader (one that saves its own position is wrapped in a `StatefulLoader`)."
+        return self._train
+
+    @train.setter
+    def train(self, loader) -> None:
+        self._train = StatefulLoader.wrap_if_needed(loader)
 
     @classmethod
     def from_tensors(cls, x: torch.Tensor, y: torch.Tensor, bs: int = 64, valid_pct: float = 0.2,
@@ -170,6 +245,19 @@ class DataLoaders:
                                shuffle=False, collate_fn=collate_batch)
         return cls(train, valid)
 
+    @classmethod
+    def from_datasets(cls, train_ds, valid_ds=None, bs: int = 64, *, seed: int = 42, shuffle: bool = True,
+                      num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
+                      persistent_workers: bool = False, drop_last: bool = False,
+                      valid_bs: int | None = None,
+                      seed_generators: tuple[str, ...] = ("torch", "random", "numpy")) -> DataLoaders:
+        "Map-style datasets read by torch's `DataLoader`, in looplab's resumable order, each item seeded by its key."
+        _check_from_datasets(train_ds, valid_ds, bs, seed, num_workers, collate_fn, persistent_workers, valid_bs)
+        options = dict(num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
+                       persistent_workers=persistent_workers, generator=torch.Generator().manual_seed(seed))
+        return cls(*_seeded_loaders(train_ds, valid_ds, bs, seed, shuffle, drop_last, valid_bs, seed_generators,
+                                    options))
+
 # %% ../nbs/01_bare_loop.ipynb #e1cf9c4d
 def make_rings(n: int = 2048, n_modes: int = 8, radius: float = 2.0, std: float = 0.05,
                seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,3 +273,178 @@ def make_rings(n: int = 2048, n_modes: int = 8, radius: float = 2.0, std: float 
     angles = modes.float() * (2 * math.pi / n_modes)
     centres = torch.stack([angles.cos(), angles.sin()], dim=1) * radius
     return centres + std * torch.randn(n, 2, generator=g), modes
+
+# %% ../nbs/01_bare_loop.ipynb #8f2823d8
+class ItemKey(NamedTuple):
+    "What a seeded batch sampler hands the dataset for one item: the index, and where it sits in the epoch."
+    index: int  # the item in the dataset
+    epoch: int
+    position: int  # its place in the epoch's global order, over all processes
+    seed: int  # 64 bits mixed from (the loader's seed, epoch, position)
+
+# %% ../nbs/01_bare_loop.ipynb #ccbe04c4
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: SplitMix64's increment
+
+def _mix64(z):
+    "SplitMix64's finalizer on a Python int or, in place, on a uint64 array (array products wrap modulo 2**64)."
+    if isinstance(z, np.ndarray):
+        z ^= z >> np.uint64(30)
+        z *= np.uint64(0xBF58476D1CE4E5B9)
+        z ^= z >> np.uint64(27)
+        z *= np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+        return z
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+def item_seeds(seed: int, epoch: int, positions) -> list[int]:
+    "The 64-bit seed of the item at each of `positions` in epoch `epoch`: a pure function of the three numbers."
+    base = _mix64(_mix64((seed + _GOLDEN) & _MASK64) ^ epoch)
+    z = np.asarray(positions, dtype=np.uint64) * np.uint64(_GOLDEN) + np.uint64(base)
+    return _mix64(z).tolist()
+
+# %% ../nbs/01_bare_loop.ipynb #8c825a12
+GLOBAL_GENERATORS = ("torch", "random", "numpy")
+
+def seed_item(seed: int, generators: tuple[str, ...] = GLOBAL_GENERATORS) -> None:
+    "Seed the named global generators (PyTorch's CPU one, Python's, NumPy's) from one item's 64-bit seed."
+    if "torch" in generators:
+        torch.default_generator.manual_seed(seed)
+    if "random" in generators:
+        random.seed(seed)
+    if "numpy" in generators:
+        np.random.seed(seed >> 32)
+
+# %% ../nbs/01_bare_loop.ipynb #a5f957a7
+class SeededDataset:
+    "A map-style dataset read through `ItemKey`s: each item's randomness is seeded from its key before it is fetched."
+    def __init__(self, dataset, generators: tuple[str, ...] = GLOBAL_GENERATORS):
+        unknown = [g for g in generators if g not in GLOBAL_GENERATORS]
+        if unknown or isinstance(generators, str):
+            raise ValueError(f"seed_generators must be a tuple of names from {GLOBAL_GENERATORS}, got {generators!r}")
+        self.dataset = dataset
+        self.generators = tuple(generators)
+        self.random_getitem = getattr(dataset, "random_getitem", None)  # Grain's way: an explicit generator
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: ItemKey):
+        if self.random_getitem is not None:
+            return self.random_getitem(key.index, torch.Generator().manual_seed(key.seed))
+        seed_item(key.seed, self.generators)
+        return self.dataset[key.index]
+
+    def __getitems__(self, keys: list[ItemKey]) -> list:
+        "A batch's items; the global generators are then put back, so the main process's own stream goes on."
+        if self.random_getitem is not None or not self.generators:
+            return [self[key] for key in keys]
+        saved = (torch.default_generator.get_state(), random.getstate(), np.random.get_state())
+        try:
+            return [self[key] for key in keys]
+        finally:
+            torch.default_generator.set_state(saved[0])
+            random.setstate(saved[1])
+            np.random.set_state(saved[2])
+
+# %% ../nbs/01_bare_loop.ipynb #de9ed9b2
+class SeededBatchSampler:
+    "Batches of `ItemKey`s: the positions of `positions`' batches, mapped to items by the (seed, epoch) order."
+    def __init__(self, positions, n: int, seed: int, shuffle: bool = True):
+        self.positions = positions  # batches of positions in the epoch's global order, with set_epoch & co.
+        self.n = n  # the dataset's length
+        self.seed = seed
+        self.shuffle = shuffle
+
+    @property
+    def epoch(self) -> int:
+        return self.positions.epoch
+
+    @property
+    def start_iter(self) -> int:
+        return self.positions.start_iter
+
+    def set_epoch(self, epoch: int) -> None:
+        "Make the next pass epoch `epoch`, from its first batch."
+        self.positions.set_epoch(epoch)
+
+    def set_start_iter(self, start_iter: int) -> None:
+        "Start the next pass at batch `start_iter` of the current epoch."
+        self.positions.set_start_iter(start_iter)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __iter__(self):
+        order = None
+        for batch in self.positions:
+            if order is None:  # the position sampler knows its pass's epoch once the pass has begun
+                epoch = self.positions.epoch
+                order = shuffled_order(self.n, self.seed, epoch) if self.shuffle else torch.arange(self.n)
+            items = order[batch].tolist()
+            seeds = item_seeds(self.seed, epoch, batch)
+            yield [ItemKey(i, epoch, p, s) for i, p, s in zip(items, batch, seeds)]
+
+    def state_dict(self) -> dict:
+        "The seed, and the position sampler's state (plain numbers)."
+        return {"type": type(self).__name__, "n": self.n, "seed": self.seed, "shuffle": self.shuffle,
+                "positions": self.positions.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        "Continue from `state`; refuse one that describes another order."
+        for key in ("type", "n", "seed", "shuffle"):
+            if state.get(key) != self.state_dict()[key]:
+                raise ValueError(f"cannot load a SeededBatchSampler state with {key}={state.get(key)!r} into a "
+                                 f"sampler with {key}={self.state_dict()[key]!r}: it would give another order")
+        self.positions.load_state_dict(state["positions"])
+
+# %% ../nbs/01_bare_loop.ipynb #c5791f28
+class ValidationBatchSampler:
+    "Batches of `ItemKey`s in dataset order, the same at every pass: validation sees the same augmentations each time."
+    def __init__(self, n: int, bs: int, seed: int):
+        self.n = n
+        self.bs = bs
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return math.ceil(self.n / self.bs)
+
+    def __iter__(self):
+        for start in range(0, self.n, self.bs):
+            batch = list(range(start, min(start + self.bs, self.n)))
+            yield [ItemKey(i, 0, i, s) for i, s in zip(batch, item_seeds(self.seed, 0, batch))]
+
+# %% ../nbs/01_bare_loop.ipynb #2be373bf
+def _check_from_datasets(train_ds, valid_ds, bs, seed, num_workers, collate_fn, persistent_workers, valid_bs):
+    "Refuse arguments `DataLoaders.from_datasets` cannot use, naming the argument and what is valid."
+    for name, ds in (("train_ds", train_ds), ("valid_ds", valid_ds)):
+        if ds is not None and not (hasattr(ds, "__len__") and hasattr(ds, "__getitem__")):
+            raise TypeError(f"{name} is a {type(ds).__name__} without __len__ and __getitem__: it looks like an "
+                            "IterableDataset (a stream), which has no positions to seed or resume at; give a map-style "
+                            "dataset, or wrap your loader in DataLoaders(train, valid) and checkpoint at epoch ends")
+    for name, value, low in (("bs", bs, 1), ("seed", seed, 0), ("num_workers", num_workers, 0),
+                             ("valid_bs", 1 if valid_bs is None else valid_bs, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if len(train_ds) == 0:
+        raise ValueError("train_ds is empty (len 0): there is nothing to train on")
+    if collate_fn is not None and not callable(collate_fn):
+        raise TypeError(f"collate_fn must be None (torch's default_collate) or a callable that makes a batch "
+                        f"from a list of items, got {collate_fn!r}")
+    if persistent_workers and num_workers == 0:
+        raise ValueError("persistent_workers=True needs worker processes to keep: give num_workers >= 1, or "
+                         "persistent_workers=False")
+
+# %% ../nbs/01_bare_loop.ipynb #78978c5e
+def _seeded_loaders(train_ds, valid_ds, bs, seed, shuffle, drop_last, valid_bs, seed_generators, options) -> tuple:
+    "The training and validation `DataLoader`s of `DataLoaders.from_datasets`, each item seeded from its key."
+    positions = EpochBatchSampler(len(train_ds), bs, seed=seed, shuffle=False, drop_last=drop_last)
+    batches = SeededBatchSampler(positions, len(train_ds), seed, shuffle)
+    train = DataLoader(SeededDataset(train_ds, seed_generators), batch_sampler=batches, **options)
+    valid = None
+    if valid_ds is not None:
+        valid_batches = ValidationBatchSampler(len(valid_ds), valid_bs or 2 * bs, seed)
+        valid = DataLoader(SeededDataset(valid_ds, seed_generators), batch_sampler=valid_batches, **options)
+    return train, valid
