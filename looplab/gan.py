@@ -285,8 +285,9 @@ def ring_scatter(real: torch.Tensor) -> Callable:
 def digit_grid(ax, fakes: torch.Tensor) -> None:
     "A `show_samples` for 8×8 digits (flattened to 64 values in [0, 1]): a grid of images."
     n = int(math.sqrt(len(fakes)))
-    images = fakes[: n * n].reshape(n, n, 8, 8).permute(0, 2, 1, 3).reshape(8 * n, 8 * n)
-    ax.imshow(images.clamp(0, 1).numpy(), cmap="gray_r", vmin=0, vmax=1)
+    images = F.pad(fakes[: n * n].reshape(n, n, 8, 8), (0, 1, 0, 1))  # a blank pixel between digits
+    grid = images.permute(0, 2, 1, 3).reshape(9 * n, 9 * n)  # (row, y, column, x): rows of digits
+    ax.imshow(grid.clamp(0, 1).numpy(), cmap="gray_r", vmin=0, vmax=1)
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_xlabel(f"{n * n} generated digits, 8×8 pixels each")
