@@ -198,3 +198,17 @@ def test_interrupted_run_resumes_bit_for_bit_in_a_new_process(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(whole["params"], resumed["params"])), f"stopped at {stop_at}"
     assert torch.equal(whole["losses"], resumed["losses"]) and torch.equal(whole["valid"], resumed["valid"])
     assert whole["scale"] == resumed["scale"] and whole["n_steps"] == resumed["n_steps"]
+
+
+def test_learn_clip_fn_clips_the_unscaled_fp32_masters():
+    seen = []
+
+    def clip_fn(params):
+        seen.append(({p.dtype for p in params}, torch.nn.utils.clip_grad_norm_(params, 0.05).item()))
+
+    mp = MixedPrecision(torch.float16)
+    learn = digits_learner([mp])
+    learn.clip_fn = clip_fn
+    learn.fit(1)
+    assert seen and all(dtypes == {torch.float32} for dtypes, _ in seen)
+    assert max(norm for _, norm in seen) < 1e3  # true gradient norms, not 65536 times them
