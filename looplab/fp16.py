@@ -12,7 +12,8 @@ from .callback import Callback, CancelStepException
 from .engine import AMPEngine
 
 # %% auto #0
-__all__ = ['check_half', 'LossScale', 'half_model', 'rebind_optimizer', 'MixedPrecision']
+__all__ = ['check_half', 'LossScale', 'half_model', 'rebind_optimizer', 'grads_to_masters', 'copy_values', 'rebind_learner_opts',
+           'MixedPrecision']
 
 # %% ../nbs/09_mixed_precision.ipynb #bb15665f
 def check_half(device: torch.device, dtype: torch.dtype) -> None:
@@ -94,7 +95,29 @@ def rebind_optimizer(opt: torch.optim.Optimizer, new_params: dict) -> torch.opti
     new.load_state_dict(opt.state_dict())
     return new
 
-# %% ../nbs/09_mixed_precision.ipynb #76edf55f
+# %% ../nbs/09_mixed_precision.ipynb #9b99b4a1
+def grads_to_masters(params: list, masters: list, scale: float) -> bool:
+    "Set each master's gradient to its parameter's, in fp32, divided by `scale`; return whether all are finite."
+    finite = []
+    for p, m in zip(params, masters):
+        m.grad = None if p.grad is None else p.grad.float() / scale
+        if m.grad is not None:
+            finite.append(torch.isfinite(m.grad).all())
+    return not finite or bool(torch.stack(finite).all())  # one host sync per step
+
+def copy_values(targets: list, sources: list) -> None:
+    "Copy each source tensor's values into its target (rounded to the target's dtype), outside autograd."
+    with torch.no_grad():
+        for target, source in zip(targets, sources):
+            target.copy_(source)
+
+def rebind_learner_opts(learn, new_params: dict) -> None:
+    "Every optimizer of `learn` rebuilt on the tensors of `new_params` (see `rebind_optimizer`); `learn.opt` follows."
+    current = [name for name, opt in learn.opts.items() if opt is learn.opt]
+    learn.opts = {name: rebind_optimizer(opt, new_params) for name, opt in learn.opts.items()}
+    learn.opt = learn.opts[current[0]] if current else None
+
+# %% ../nbs/09_mixed_precision.ipynb #c99e168f
 class MixedPrecision(Callback):
     "Train a half-precision model against fp32 master weights that the optimizer steps, with a (dynamic) loss scale."
     order = 50  # scales loss_grad after default-order callbacks added their penalties
@@ -121,15 +144,9 @@ class MixedPrecision(Callback):
         half_model(learn.model, self.dtype)
         self.params = [p for p in learn.model.parameters()]
         self.masters = [p.detach().float().clone() for p in self.params]
-        self._rebind({id(p): m for p, m in zip(self.params, self.masters)})
+        rebind_learner_opts(learn, {id(p): m for p, m in zip(self.params, self.masters)})
         if self._pending is not None:
             self.load_state_dict(self._pending)
-
-    def _rebind(self, new_params: dict) -> None:
-        "Every optimizer of the learner on the tensors of `new_params`; `learn.opt` follows."
-        current = [name for name, opt in self.learn.opts.items() if opt is self.learn.opt]
-        self.learn.opts = {name: rebind_optimizer(opt, new_params) for name, opt in self.learn.opts.items()}
-        self.learn.opt = self.learn.opts[current[0]] if current else None
 
     def on_batch_begin(self):
         if isinstance(self.learn.xb, torch.Tensor) and self.learn.xb.is_floating_point():
@@ -142,12 +159,7 @@ class MixedPrecision(Callback):
         self.learn.loss_grad = self.learn.loss_grad * self.scaler.scale
 
     def on_step_begin(self):
-        finite = []
-        for p, m in zip(self.params, self.masters):
-            m.grad = None if p.grad is None else p.grad.float() / self.scaler.scale
-            if m.grad is not None:
-                finite.append(torch.isfinite(m.grad).all())
-        if finite and not torch.stack(finite).all():  # one host sync per step
+        if not grads_to_masters(self.params, self.masters, self.scaler.scale):
             self.scaler.update(overflow=True)
             self.learn.step_skipped = True
             raise CancelStepException()
@@ -155,9 +167,7 @@ class MixedPrecision(Callback):
             nn.utils.clip_grad_norm_(self.masters, self.clip)
 
     def on_step_end(self):
-        with torch.no_grad():
-            for p, m in zip(self.params, self.masters):
-                p.copy_(m)
+        copy_values(self.params, self.masters)
         self.scaler.update(overflow=False)
 
     def on_zero_grad_end(self):
@@ -168,10 +178,8 @@ class MixedPrecision(Callback):
         if not self.masters:
             return  # on_train_begin failed before the masters existed
         self.learn.model.float()
-        with torch.no_grad():
-            for p, m in zip(self.params, self.masters):
-                p.copy_(m)
-        self._rebind({id(m): p for p, m in zip(self.params, self.masters)})
+        copy_values(self.params, self.masters)
+        rebind_learner_opts(self.learn, {id(m): p for p, m in zip(self.params, self.masters)})
         self.masters = []
 
     def state_dict(self) -> dict:
@@ -182,7 +190,5 @@ class MixedPrecision(Callback):
             self._pending = state  # the masters are made at on_train_begin
             return
         self._pending = None
-        with torch.no_grad():
-            for m, saved in zip(self.masters, state["masters"]):
-                m.copy_(saved)
+        copy_values(self.masters, state["masters"])
         self.scaler.load_state_dict(state["scale"])

@@ -23,8 +23,8 @@ from .widgets import LiveFigure, in_notebook
 
 # %% auto #0
 __all__ = ['GAN_PRESETS', 'GANModule', 'GANLoss', 'nonsaturating_gen_loss', 'bce_crit_loss', 'wgan_gen_loss', 'wgan_crit_loss',
-           'gan_opts', 'GANTrainer', 'FixedGANSwitcher', 'AdaptiveGANSwitcher', 'gan_learner', 'ring_scatter',
-           'digit_grid', 'GANPlot']
+           'gan_opts', 'clamp_weights', 'GANTrainer', 'FixedGANSwitcher', 'AdaptiveGANSwitcher', 'gan_learner',
+           'ring_scatter', 'digit_grid', 'draw_gan_panels', 'GANPlot']
 
 # %% ../nbs/10_gan.ipynb #818a26a3
 class GANModule(nn.Module):
@@ -93,7 +93,14 @@ def gan_opts(model: GANModule, opt_func: Callable, lr: float) -> dict:
     return {"generator": opt_func(model.generator.parameters(), lr=lr),
             "critic": opt_func(model.critic.parameters(), lr=lr)}
 
-# %% ../nbs/10_gan.ipynb #84e7c27c
+# %% ../nbs/10_gan.ipynb #d442fa93
+def clamp_weights(module: nn.Module, clip: float) -> None:
+    "Clamp every parameter of `module` to [-clip, clip] (WGAN's way of keeping the critic Lipschitz)."
+    with torch.no_grad():
+        for p in module.parameters():
+            p.clamp_(-clip, clip)
+
+# %% ../nbs/10_gan.ipynb #44c59bca
 class GANTrainer(Callback):
     "Train a GANModule: real data to the critic, noise to the generator, one optimizer each, the other network frozen."
     order = -20  # feeds the batch and picks the optimizer before the others see them
@@ -142,9 +149,7 @@ class GANTrainer(Callback):
 
     def on_step_end(self):
         if self.clip is not None and not self.learn.model.gen_mode:
-            with torch.no_grad():
-                for p in self.learn.model.critic.parameters():
-                    p.clamp_(-self.clip, self.clip)
+            clamp_weights(self.learn.model.critic, self.clip)
 
     def on_batch_end(self):
         if self.learn.training:
@@ -166,7 +171,7 @@ class GANTrainer(Callback):
         self.crit_losses = [(int(i), v) for i, v in state["crit_losses"].tolist()]
         self.switch(state["gen_mode"])
 
-# %% ../nbs/10_gan.ipynb #ef2b3329
+# %% ../nbs/10_gan.ipynb #06fd86e2
 def _check_count(name: str, value) -> None:
     "Raise a ValueError unless `value` is an int >= 1 or a callable (checked when called)."
     if callable(value):
@@ -224,6 +229,7 @@ class FixedGANSwitcher(Callback):
         self.total_crit = state["total_crit"]
         self.total_gen = state["total_gen"]
 
+# %% ../nbs/10_gan.ipynb #5f560f06
 class AdaptiveGANSwitcher(Callback):
     "Switch to the critic when the generator's loss falls below `gen_thresh`, back when the critic's falls below `critic_thresh`."
     order = 5
@@ -240,7 +246,7 @@ class AdaptiveGANSwitcher(Callback):
         if thresh is None or self.learn.loss.item() < thresh:
             _trainer(self.learn).switch(not gen_mode)
 
-# %% ../nbs/10_gan.ipynb #7d640720
+# %% ../nbs/10_gan.ipynb #37fb5e7c
 GAN_PRESETS = {
     "standard": {"gen_loss_func": nonsaturating_gen_loss, "crit_loss_func": bce_crit_loss, "n_crit": 1, "n_gen": 1,
                  "clip": None, "lr": 1e-3},
@@ -268,7 +274,7 @@ def gan_learner(generator: nn.Module, critic: nn.Module, dls, preset: str = "sta
     learn.opt = learn.opts["critic"]
     return learn
 
-# %% ../nbs/10_gan.ipynb #ad66a795
+# %% ../nbs/10_gan.ipynb #b19f4595
 def ring_scatter(real: torch.Tensor) -> Callable:
     "A `show_samples` for 2-D data: the generated points in red over the `real` ones in grey."
     def show(ax, fakes: torch.Tensor) -> None:
@@ -292,7 +298,24 @@ def digit_grid(ax, fakes: torch.Tensor) -> None:
     ax.set_yticks([])
     ax.set_xlabel(f"{n * n} generated digits, 8×8 pixels each")
 
-# %% ../nbs/10_gan.ipynb #630cc4a3
+# %% ../nbs/10_gan.ipynb #cae79c85
+def draw_gan_panels(fig: Figure, trainer: GANTrainer, fakes: torch.Tensor, show_samples: Callable, n_iter: int) -> None:
+    "Draw into `fig`, from scratch, the trainer's two loss histories and `fakes` with `show_samples`."
+    fig.clear()
+    ax_loss, ax_samples = fig.subplots(1, 2)
+    for rows, name, color in ((trainer.crit_losses, "critic", "C0"), (trainer.gen_losses, "generator", "C1")):
+        if rows:
+            steps, losses = zip(*rows)
+            ax_loss.plot(steps, losses, ".", ms=2, color=color, label=name)
+    ax_loss.set_xlabel("training batch")
+    ax_loss.set_ylabel("loss")
+    ax_loss.set_title("GAN losses")
+    ax_loss.legend(fontsize=7)
+    show_samples(ax_samples, fakes)
+    ax_samples.set_title(f"samples after batch {n_iter}")
+    fig.tight_layout()
+
+# %% ../nbs/10_gan.ipynb #639d1f03
 class GANPlot(Callback):
     "Live plot of the generator's and the critic's losses, and of samples from fixed noise, on a LiveFigure."
     order = 85  # after the trainer and the switcher recorded the batch
@@ -329,20 +352,7 @@ class GANPlot(Callback):
         return fakes
 
     def _fill(self, fig) -> None:
-        "Draw both panels from scratch into `fig`."
-        fig.clear()
-        ax_loss, ax_samples = fig.subplots(1, 2)
-        for rows, name, color in ((self.trainer.crit_losses, "critic", "C0"), (self.trainer.gen_losses, "generator", "C1")):
-            if rows:
-                steps, losses = zip(*rows)
-                ax_loss.plot(steps, losses, ".", ms=2, color=color, label=name)
-        ax_loss.set_xlabel("training batch")
-        ax_loss.set_ylabel("loss")
-        ax_loss.set_title("GAN losses")
-        ax_loss.legend(fontsize=7)
-        self.show_samples(ax_samples, self.samples())
-        ax_samples.set_title(f"samples after batch {self.learn.n_iter}")
-        fig.tight_layout()
+        draw_gan_panels(fig, self.trainer, self.samples(), self.show_samples, self.learn.n_iter)
 
     def on_batch_end(self):
         if self.live is not None and self.learn.training and self.live.due():
