@@ -149,6 +149,8 @@ class MixedPrecision(Callback):
             self.load_state_dict(self._pending)
 
     def on_batch_begin(self):
+        if not self.masters:
+            return  # outside fit (learn.validate()) the model is fp32
         if isinstance(self.learn.xb, torch.Tensor) and self.learn.xb.is_floating_point():
             self.learn.xb = self.learn.xb.to(self.dtype)
 

@@ -158,6 +158,7 @@ def test_learner_is_fp32_after_fit_and_trains_on():
     assert [p for g in learn.opt.param_groups for p in g["params"]] == list(learn.model.parameters())
     learn.fit(2)
     assert learn.recorder.values[-1]["accuracy"] > 0.85
+    assert abs(learn.validate()["accuracy"] - learn.recorder.values[-1]["accuracy"]) <= 0.01  # fp32 now, callback attached
 
 
 def test_bad_input_is_a_clear_error(monkeypatch):
