@@ -100,7 +100,7 @@ class Engine:
         model.load_state_dict(checkpoint["model"])
         for name, p in model.named_parameters():
             grad = checkpoint["grads"].get(name)
-            p.grad = None if grad is None else grad.to(p.device)
+            p.grad = None if grad is None else grad.to(p.device, p.dtype)  # a half run's grads onto a float32 model
         for name, opt in optimizers.items():
             _load_optimizer(opt, checkpoint["optimizers"][name])
         self.load_state_dict(checkpoint["engine"]["state"])

@@ -642,8 +642,9 @@ class Learner(PausableLoop):
             self.opt = next(iter(self.opts.values()))
         if lr is not None:
             self.lr = _checked_lr(lr)
-            for group in self.opt.param_groups:
-                group["lr"] = lr
+            for opt in self.opts.values():  # every optimizer: a GAN's generator and critic alike
+                for group in opt.param_groups:
+                    group["lr"] = lr
 
     def _check_train_data(self) -> None:
         if self.dls.train is None:
