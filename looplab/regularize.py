@@ -112,6 +112,17 @@ class GradientAccumulation(Callback):
     def on_train_end(self):
         self.learn.sync_grads = True
 
+    def _params(self) -> list[torch.Tensor]:
+        return list(self.learn.engine.unwrap_model(self.learn.model).parameters())
+
+    def state_dict(self) -> dict:
+        return {"grads": {str(i): p.grad.detach().clone() for i, p in enumerate(self._params()) if p.grad is not None}}
+
+    def load_state_dict(self, state: dict) -> None:
+        for i, p in enumerate(self._params()):
+            grad = state["grads"].get(str(i))
+            p.grad = None if grad is None else grad.to(p.device, p.dtype).clone()
+
 # %% ../nbs/08_regularization.ipynb #e5fd69c1
 class MixUp(Callback):
     "Train on blends of pairs of examples, λ ~ Beta(`alpha`, `alpha`) per batch; the loss is the same blend of the two losses."
