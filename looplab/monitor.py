@@ -22,9 +22,9 @@ from .widgets import compare_runs
 # %% auto #0
 __all__ = ['MonitorCallback', 'EarlyStopping', 'SaveBestModel', 'SWA', 'TensorBoardLogger', 'Ablation', 'ablate']
 
-# %% ../nbs/08b_monitoring.ipynb #d5b97f08
+# %% ../nbs/08b_monitoring.ipynb #043be879
 class MonitorCallback(Callback):
-    "Base of the callbacks that watch one column of the Recorder's per-epoch rows: `monitor`, `mode`, `min_delta`, `best`."
+    "Base of the callbacks that watch one column (`monitor`) of the Recorder's per-epoch rows, and its `best` value."
     def __init__(self, monitor: str = "valid_loss", mode: str = "auto", min_delta: float = 0.0):
         if mode not in ("auto", "min", "max"):
             raise ValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}")
@@ -92,16 +92,17 @@ class EarlyStopping(MonitorCallback):
             raise CancelFitException()
 
     def state_dict(self) -> dict:
-        return {"best": self.best, "wait": self.wait, "stopped_epoch": -1 if self.stopped_epoch is None else self.stopped_epoch}
+        stopped = -1 if self.stopped_epoch is None else self.stopped_epoch
+        return {"best": self.best, "wait": self.wait, "stopped_epoch": stopped}
 
     def load_state_dict(self, state: dict) -> None:
         self.best = state["best"]
         self.wait = state["wait"]
         self.stopped_epoch = None if state["stopped_epoch"] < 0 else state["stopped_epoch"]
 
-# %% ../nbs/08b_monitoring.ipynb #0a041b6e
+# %% ../nbs/08b_monitoring.ipynb #fd6413b3
 class SaveBestModel(MonitorCallback):
-    "Keep the weights of the epoch with the best `monitor` (and write them to `path` if given); load them when training ends."
+    "Keep the weights of the epoch with the best `monitor` (and write them to `path`); load them when training ends."
     order = 10
 
     def __init__(self, monitor: str = "valid_loss", mode: str = "auto", min_delta: float = 0.0,
@@ -138,9 +139,9 @@ class SaveBestModel(MonitorCallback):
         self.best_epoch = None if state["best_epoch"] < 0 else state["best_epoch"]
         self.weights = dict(state["weights"])
 
-# %% ../nbs/08b_monitoring.ipynb #60ed29d5
+# %% ../nbs/08b_monitoring.ipynb #10cf1b71
 class SWA(Callback):
-    "Average the weights at the end of every epoch from `start_epoch` on; put the average in the model (with BN statistics recomputed) at the end."
+    "Average the weights at every epoch end from `start_epoch` on; at the end, load the average and recompute BN statistics."
     order = 15  # after SaveBestModel (10), before EarlyStopping (20) may end the fit
 
     def __init__(self, start_epoch: int, update_bn: bool = True):
@@ -206,9 +207,9 @@ def _summary_writer():
         raise ImportError(f"TensorBoardLogger needs the tensorboard package: pip install tensorboard ({e})") from e
     return SummaryWriter
 
-# %% ../nbs/08b_monitoring.ipynb #5b241f82
+# %% ../nbs/08b_monitoring.ipynb #b6c7862f
 class TensorBoardLogger(Callback):
-    "Write batch losses, LRs and per-epoch losses and metrics to TensorBoard event files in `log_dir` (master process only)."
+    "Write batch losses, LRs, per-epoch losses and metrics to TensorBoard event files in `log_dir` (on the master only)."
     order = 30
 
     def __init__(self, log_dir: str | Path):
@@ -290,7 +291,7 @@ class Ablation:
 # %% ../nbs/08b_monitoring.ipynb #a53b6894
 def ablate(make_learner: Callable[[], object], cbs_sets: Mapping[str, Callable[[], list] | list], n_epochs: int,
            seed: int = 0, fit: Callable | None = None) -> Ablation:
-    "Train a fresh `make_learner()` with each named callback set, with the same seed and data order; collect the Recorders."
+    "Train a fresh `make_learner()` with each named callback set, same seed and data order; collect the Recorders."
     if not isinstance(cbs_sets, Mapping) or not cbs_sets:
         raise ValueError(f"cbs_sets must be a non-empty dict name -> callbacks (a list, or a function returning one), "
                          f"got {cbs_sets!r}")

@@ -74,9 +74,9 @@ class AdamW(torch.optim.Optimizer):
         denom = (state["exp_avg_sq"].sqrt() / math.sqrt(bias2)).add_(group["eps"])
         p.addcdiv_(state["exp_avg"], denom, value=-lr / bias1)  # line 12: η_t α m̂ / (√v̂ + ε)
 
-# %% ../nbs/07_optimizers.ipynb #68f35a95
+# %% ../nbs/07_optimizers.ipynb #c140b1d7
 class SGD(torch.optim.Optimizer):
-    "SGD with momentum, and weight decay as L2 (through the gradient, as torch's SGD) or decoupled (`decouple_wd=True`)."
+    "SGD with momentum; weight decay as L2 (through the gradient, as torch's SGD) or decoupled (`decouple_wd`)."
     def __init__(self, params, lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,
                  decouple_wd: bool = False):
         _check_hypers(lr, weight_decay=weight_decay, momentum=momentum)
@@ -116,8 +116,9 @@ class SGD(torch.optim.Optimizer):
 # %% ../nbs/07_optimizers.ipynb #09aa185d
 NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
-def param_groups(model: nn.Module, weight_decay: float, no_decay_bias_norm: bool = True, lr: float | None = None) -> list[dict]:
-    "The model's parameters in two groups: decayed by `weight_decay`, and (if `no_decay_bias_norm`) biases and normalisation weights, not decayed."
+def param_groups(model: nn.Module, weight_decay: float, no_decay_bias_norm: bool = True,
+                 lr: float | None = None) -> list[dict]:
+    "Two parameter groups: decayed by `weight_decay`; biases and normalisation weights, not (if `no_decay_bias_norm`)."
     _check_hypers(0.0 if lr is None else lr, weight_decay=weight_decay)
     decay = []
     no_decay = []

@@ -18,9 +18,9 @@ from .callback import (Callback, CancelBatchException, CancelFitException, Cance
 # %% auto #0
 __all__ = ['GradientClipping', 'GradientAccumulation', 'MixUp', 'LabelSmoothingCrossEntropy', 'RNNRegularizer', 'TerminateOnNaN']
 
-# %% ../nbs/08_regularization.ipynb #9653204b
+# %% ../nbs/08_regularization.ipynb #4e231dbc
 def _check_number(name: str, value, low: float = 0.0, inclusive: bool = False, integer: bool = False):
-    "`value` if it is a number (an int if `integer`) above `low` (or equal, if `inclusive`); a ValueError naming `name` otherwise."
+    "`value` if a number (an int if `integer`) > `low` (>= if `inclusive`); else a ValueError naming `name`."
     kinds = (int,) if integer else (int, float)
     ok = isinstance(value, kinds) and not isinstance(value, bool) and (value >= low if inclusive else value > low)
     if not ok:
@@ -28,9 +28,9 @@ def _check_number(name: str, value, low: float = 0.0, inclusive: bool = False, i
         raise ValueError(f"{name} must be {what} {'>=' if inclusive else '>'} {low}, got {value!r}")
     return value
 
-# %% ../nbs/08_regularization.ipynb #f2891bfc
+# %% ../nbs/08_regularization.ipynb #1d16a71a
 class GradientClipping(Callback):
-    "Clip the gradients before every optimizer step: their global norm to `max_norm`, and/or each value to ±`max_value`."
+    "Clip the gradients before every step: their global norm to `max_norm`, and/or each value to ±`max_value`."
     order = 0
     unique = True
 
@@ -62,9 +62,9 @@ class GradientClipping(Callback):
     def on_train_end(self):
         self.learn.clip_fn = self._previous
 
-# %% ../nbs/08_regularization.ipynb #65c04667
+# %% ../nbs/08_regularization.ipynb #c297b8a8
 class GradientAccumulation(Callback):
-    "Step once every `n_batches` training batches, on the mean of their gradients; the last partial window is stepped or dropped."
+    "Step once every `n_batches` batches, on the mean of their gradients; a partial last window is stepped or dropped."
     order = 5  # after callbacks that add penalties to loss_grad (default order 0): the whole of it is divided
     unique = True
 
@@ -123,9 +123,9 @@ class GradientAccumulation(Callback):
             grad = state["grads"].get(str(i))
             p.grad = None if grad is None else grad.to(p.device, p.dtype).clone()
 
-# %% ../nbs/08_regularization.ipynb #e5fd69c1
+# %% ../nbs/08_regularization.ipynb #9a8da357
 class MixUp(Callback):
-    "Train on blends of pairs of examples, λ ~ Beta(`alpha`, `alpha`) per batch; the loss is the same blend of the two losses."
+    "Train on blends of pairs of examples, λ ~ Beta(`alpha`, `alpha`) per batch; the loss is the same blend of losses."
     order = 0
 
     def __init__(self, alpha: float = 0.4, seed: int = 0):
@@ -176,9 +176,9 @@ class LabelSmoothingCrossEntropy:
     def __repr__(self) -> str:
         return f"LabelSmoothingCrossEntropy(eps={self.eps})"
 
-# %% ../nbs/08_regularization.ipynb #f27757da
+# %% ../nbs/08_regularization.ipynb #130d2d45
 class RNNRegularizer(Callback):
-    "AR (`alpha`, on the dropped-out output) and TAR (`beta`, on differences of the raw output) for a model returning (preds, raw, dropped)."
+    "AR (`alpha`, dropped-out output) and TAR (`beta`, steps of the raw output) for a model returning (preds, raw, dropped)."
     order = 0  # before GradientAccumulation (5), which divides the penalised loss_grad
 
     def __init__(self, alpha: float = 2.0, beta: float = 1.0):
@@ -209,9 +209,9 @@ class RNNRegularizer(Callback):
         self.raw = None  # the activations of a batch are not kept alive until the next one
         self.dropped = None
 
-# %% ../nbs/08_regularization.ipynb #07abb980
+# %% ../nbs/08_regularization.ipynb #0be64fc0
 class TerminateOnNaN(Callback):
-    "Stop training once a training loss was NaN or infinite; checked (one host sync) every `check_every` batches and at each epoch end."
+    "Stop once a training loss was NaN or infinite; checked (one sync) every `check_every` batches and at epoch ends."
     order = 20  # after the Recorder (-10) has the batch: the bad loss is recorded
 
     def __init__(self, check_every: int = 16):
