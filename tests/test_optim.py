@@ -1,5 +1,4 @@
 """looplab.optim against torch's optimizers: 100 steps, every parameter within 1e-6; exact resume; decay groups."""
-import copy
 import io
 
 import pytest
@@ -9,7 +8,7 @@ from torch import nn
 from looplab.data import DataLoaders
 from looplab.learner import Learner, set_seed
 from looplab.optim import SGD, AdamW, param_groups
-from looplab.schedule import ParamScheduler, Sched, fit_one_cycle
+from looplab.schedule import ParamScheduler, Sched
 
 
 def small_model(seed=0):

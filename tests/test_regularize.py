@@ -2,7 +2,6 @@
 AR/TAR, NaN stops, monitors checked against the Recorder, early stopping, save-best, SWA against AveragedModel,
 TensorBoard read back, ablations; and one run combining them, killed at a random batch and resumed in a new process."""
 import copy
-import io
 import math
 import random
 import subprocess
