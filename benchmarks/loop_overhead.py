@@ -1,5 +1,7 @@
 """Time per batch of the bare five-line loop against `Learner.fit` with its default callbacks and engine (and with
-the live loss plot of looplab.widgets, and with AMPEngine(bfloat16) against a bare loop that autocasts the same way).
+the live loss plot of looplab.widgets, with AMPEngine(bfloat16) against a bare loop that autocasts the same way, and
+with a realistic stack — fit_one_cycle, GradientClipping and the Recorder — against a bare loop that sets the same
+1cycle LR and momentum, clips and records by hand).
 
 Both run in this process, in interleaved rounds (bare, learner, bare, learner, ...), on the same pre-batched
 data, with one thread, so that the machine's noise hits both alike. Prints the median ratio Learner/bare per
@@ -20,6 +22,8 @@ from torch import nn
 from looplab.data import DataLoaders
 from looplab.engine import AMPEngine
 from looplab.learner import Learner
+from looplab.regularize import GradientClipping
+from looplab.schedule import fit_one_cycle, one_cycle_scheds
 from looplab.widgets import LossPlot
 
 
@@ -59,20 +63,55 @@ def learner_loop(model, batches, lr, extra_cbs=(), engine=None):
     return took
 
 
+def bare_one_cycle_loop(model, batches, lr, autocast=contextlib.nullcontext):
+    "The five lines, plus by hand what the stack does: 1cycle LR and momentum per step, clipping, recording."
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    params = [p for group in opt.param_groups for p in group["params"]]
+    scheds = one_cycle_scheds(lr, len(batches))
+    loss_func = nn.functional.cross_entropy
+    losses, hypers = [], []
+    start = time.perf_counter()
+    for i, (xb, yb) in enumerate(batches):
+        pct = i / len(batches)
+        for group in opt.param_groups:
+            group["lr"] = scheds["lr"](pct)
+            group["momentum"] = scheds["mom"](pct)
+        loss = loss_func(model(xb), yb)
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach())
+        hypers.append(((opt.param_groups[0]["lr"],), (opt.param_groups[0]["momentum"],)))
+    losses = torch.stack(losses).tolist()
+    return time.perf_counter() - start
+
+
+def learner_one_cycle_loop(model, batches, lr, extra_cbs=(), engine=None):
+    learn = Learner(model, DataLoaders(batches, None), lr=lr, cbs=list(extra_cbs), engine=engine,
+                    opt_func=lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9))
+    learn.progress.file = io.StringIO()
+    start = time.perf_counter()
+    fit_one_cycle(learn, 1, lr_max=lr, cbs=GradientClipping(1.0))
+    took = time.perf_counter() - start
+    assert len(learn.recorder.losses) == len(batches)
+    return took
+
+
 def measure(name, n_in, hidden, n_out, bs, n_batches, rounds, lr=0.01, make_cbs=list, make_engine=lambda: None,
-            autocast=contextlib.nullcontext):
+            autocast=contextlib.nullcontext, bare_fn=bare_loop, learner_fn=learner_loop):
     "`make_cbs()` gives the extra callbacks of each Learner run (fresh ones each time), `make_engine()` its engine."
     batches, model = make_workload(n_in, hidden, n_out, bs, n_batches)
-    bare_loop(model, batches[:50], lr, autocast)  # warm up allocator and kernels
-    learner_loop(model, batches[:50], lr, make_cbs(), make_engine())
+    bare_fn(model, batches[:50], lr, autocast)  # warm up allocator and kernels
+    learner_fn(model, batches[:50], lr, make_cbs(), make_engine())
     bare, learner, ratios = [], [], []
     for _ in range(rounds):
         gc.collect()  # garbage of the previous round (figures are full of reference cycles) is not timed
-        b = bare_loop(model, batches, lr, autocast)
+        b = bare_fn(model, batches, lr, autocast)
         cbs = make_cbs()
         engine = make_engine()
         gc.collect()
-        l = learner_loop(model, batches, lr, cbs, engine)
+        l = learner_fn(model, batches, lr, cbs, engine)
         bare.append(b / n_batches * 1e6)
         learner.append(l / n_batches * 1e6)
         ratios.append(l / b)
@@ -102,6 +141,10 @@ def main():
     bf16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
     measure("tiny MLP, AMPEngine(bfloat16)", 64, [64], 10, 64, 2000, args.rounds,
             make_engine=lambda: AMPEngine(torch.bfloat16, device="cpu"), autocast=bf16)
+    # A realistic stack: fit_one_cycle (ParamScheduler sets LR and momentum before every step), GradientClipping
+    # (its clip function called by the engine) and the Recorder, against the same three things written by hand.
+    measure("tiny MLP, 1cycle + clipping + Recorder", 64, [64], 10, 64, 2000, args.rounds, lr=0.1,
+            bare_fn=bare_one_cycle_loop, learner_fn=learner_one_cycle_loop)
 
 
 if __name__ == "__main__":

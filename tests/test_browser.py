@@ -1,5 +1,5 @@
-"""The live plots in a real browser: JupyterLab runs notebook 05 in headless Chromium, and the plots must render
-and move while the model trains.
+"""The live plots in a real browser: JupyterLab runs notebook 06 (its demo trains with the live loss and LR plots) in
+headless Chromium, and the plots must render and move while the model trains.
 
 Jupyter runs on 127.0.0.1 with a token, with config, data, runtime and settings directories of its own, on a copy of
 the notebook (so that autosave never writes into nbs/). Chromium is the system's (`/usr/bin/chromium`), driven by
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
 OUT = ROOT / "test-output" / "browser"
-NOTEBOOK = "05_live_plots.ipynb"
+NOTEBOOK = "06_schedules.ipynb"  # its last section trains with the live loss and LR plots
 MARKER = "# the live demo"  # the first line of the cell that trains with both live plots
 DEMO_EPOCHS = "500"  # long enough (over ten seconds) to see the plots at two moments during training
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -20,8 +20,8 @@ from looplab.callback import Callback, CallbackError
 from looplab.data import DataLoaders
 from looplab.learner import Learner, set_seed
 from looplab.metrics import Accuracy
-from looplab.widgets import (LivePlotWarning, LiveFigure, LossPlot, LRPlot, ProgressLine, SamplerPlot, Throttle,
-                             compare_runs, dry_run_scheduler, in_notebook, served)
+from looplab.widgets import (LivePlotWarning, LiveFigure, LossPlot, ProgressLine, SamplerPlot, Throttle, compare_runs,
+                             in_notebook, served)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -85,7 +85,8 @@ import io, sys, torch
 from torch import nn
 from looplab.data import DataLoaders
 from looplab.learner import Learner
-from looplab.widgets import LossPlot, LRPlot, in_notebook
+from looplab.schedule import LRPlot
+from looplab.widgets import LossPlot, in_notebook
 x = torch.randn(64, 4); y = (x[:, 0] > 0).long()
 batches = [(x[i:i + 8], y[i:i + 8]) for i in range(0, 64, 8)]
 learn = Learner(nn.Linear(4, 2), DataLoaders(batches, batches[:2]), lr=0.1)
@@ -356,138 +357,6 @@ def test_a_failing_display_warns_once_and_training_goes_on(notebook_like, capsys
     assert len(record) == 1
     assert breaker.n == 32 and len(plot.losses) == 32
     assert plot.plot().axes[0].lines[0].get_xdata().size == 32  # the data are all there
-
-
-# --- LRPlot ---------------------------------------------------------------------------------------------------
-
-class TorchScheduler(Callback):
-    def __init__(self, scheduler):
-        self.scheduler = scheduler
-
-    def on_train_begin(self):
-        self.sched = self.scheduler(self.learn.opt)
-
-    def on_step_end(self):
-        self.sched.step()
-
-
-class FnScheduler(Callback):
-    "Sets every group's LR from sched_fn(pct) before each training step, pct = step / n_steps."
-    def __init__(self, sched_fn):
-        self.sched_fn = sched_fn
-
-    def on_train_begin(self):
-        self.n_steps = self.learn.n_epochs * len(self.learn.dls.train)
-        self.step = 0
-
-    def on_batch_begin(self):
-        if self.learn.training:
-            for group in self.learn.opt.param_groups:
-                group["lr"] = self.sched_fn(self.step / self.n_steps)
-            self.step += 1
-
-
-def two_group_adam(params, lr):
-    params = list(params)
-    return torch.optim.Adam([{"params": params[:2], "lr": lr}, {"params": params[2:], "lr": lr / 10}])
-
-
-def test_lr_plot_dry_run_predicts_training_exactly_for_every_group():
-    learn = make_learner(opt_func=two_group_adam, lr=0.01)
-    learn.create_opt()
-    step_lr = lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
-    plot = LRPlot(scheduler=step_lr, n_steps=48, opt=learn.opt)
-    assert set(plot.planned["lr"]) == {"plan (scheduler, group 0)", "plan (scheduler, group 1)"}
-    learn.fit(3, cbs=[plot, TorchScheduler(step_lr)])
-    assert plot.lrs == [plot.planned["lr"]["plan (scheduler, group 0)"], plot.planned["lr"]["plan (scheduler, group 1)"]]
-    assert plot.lrs[0][:11] == [0.01] * 10 + [0.005]
-    assert plot.moms == [[0.9] * 48, [0.9] * 48]  # Adam's betas[0]
-
-
-def test_lr_plot_plans_a_function_of_progress_at_train_begin_and_matches_it(always_due):
-    learn = make_learner()
-    cosine = lambda pct: 0.05 + 0.05 * math.cos(math.pi * pct)
-    plot = LRPlot(sched_fn=cosine, mode="widget")
-    learn.fit(2, cbs=[plot, FnScheduler(cosine)])
-    assert plot.n_steps == 32
-    assert plot.lrs == [plot.planned["lr"]["plan (sched_fn)"]]
-    assert plot.live.n_draws > 1 and plot.live.png[:8] == PNG
-    assert plot.moms == [[0.0] * 32]  # SGD without momentum still has a momentum of 0
-
-
-def test_lr_plot_without_plan_draws_what_was_used():
-    learn = make_learner()
-    plot = LRPlot()
-    with pytest.raises(ValueError, match="nothing to plot"):
-        plot.plot()
-    assert plot._repr_png_() is None
-    learn.fit(1, cbs=plot)
-    assert plot.lrs == [[0.1] * 16] and plot.planned == {"lr": {}, "mom": {}}
-    assert plot._repr_png_()[:8] == PNG
-
-
-def test_lr_plot_needs_n_steps_when_the_loader_has_no_length():
-    batches = make_dls().train
-
-    class Stream:
-        def __iter__(self):
-            return iter(batches)
-
-    learn = make_learner(dls=DataLoaders(Stream(), None))
-    with pytest.raises(CallbackError, match="n_steps"):
-        learn.fit(1, cbs=LRPlot(sched_fn=lambda pct: 0.1))
-    plot = LRPlot(sched_fn=lambda pct: 0.1, n_steps=16)
-    learn.fit(1, cbs=plot)
-    assert len(plot.lrs[0]) == 16
-
-
-def test_dry_run_never_touches_the_real_optimizer_or_model():
-    model = nn.Linear(3, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    torch.optim.lr_scheduler.StepLR(opt, step_size=1)  # the real optimizer already has a scheduler
-    model(torch.ones(2, 3)).sum().backward()  # and gradients waiting
-    weights = [p.detach().clone() for p in model.parameters()]
-    groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
-    plan = dry_run_scheduler(lambda o: torch.optim.lr_scheduler.ExponentialLR(o, gamma=0.5), opt, 4)
-    assert plan["lr"] == [[0.1, 0.05, 0.025, 0.0125]] and plan["mom"] == [[0.9] * 4]
-    assert all(torch.equal(w, p) for w, p in zip(weights, model.parameters()))
-    assert [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] == groups
-    assert not opt.state
-
-
-def test_dry_run_works_for_an_optimizer_with_required_arguments():
-    class PlainSGD(torch.optim.Optimizer):
-        def __init__(self, params, lr, wd):
-            super().__init__(params, {"lr": lr, "wd": wd})
-
-        def step(self):
-            for group in self.param_groups:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        p.data.add_(p.grad, alpha=-group["lr"])
-
-    opt = PlainSGD(nn.Linear(2, 1).parameters(), lr=1.0, wd=0.1)
-    plan = dry_run_scheduler(lambda o: torch.optim.lr_scheduler.LinearLR(o, 0.5, 1.0, total_iters=2), opt, 3)
-    assert plan["lr"][0] == pytest.approx([0.5, 0.75, 1.0]) and plan["mom"] is None
-
-
-@pytest.mark.parametrize("call, error, words", [
-    (lambda opt: dry_run_scheduler(torch.optim.lr_scheduler.StepLR(opt, 1), opt, 3), TypeError, ["lambda opt"]),
-    (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.StepLR(o, 1), "sgd", 3), TypeError, ["opt", "str"]),
-    (lambda opt: dry_run_scheduler(lambda o: None, opt, 3), TypeError, ["step()", "NoneType"]),
-    (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.StepLR(o, 1), opt, 2.5), ValueError, ["n_steps", "2.5"]),
-    (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.OneCycleLR(o, 1.0, total_steps=5), opt, 7),
-     ValueError, ["step 6", "n_steps=7"]),
-    (lambda opt: LRPlot(scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 1), n_steps=4).plan(), ValueError, ["opt="]),
-    (lambda opt: LRPlot(mom_fn=3), TypeError, ["mom_fn", "3"]),
-    (lambda opt: LRPlot(n_steps=0), ValueError, ["n_steps", "0"]),
-])
-def test_lr_plot_bad_input(call, error, words):
-    opt = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)
-    with pytest.raises(error) as info:
-        call(opt)
-    for word in words:
-        assert word in str(info.value)
 
 
 # --- SamplerPlot ----------------------------------------------------------------------------------------------

@@ -1,0 +1,418 @@
+"""looplab.schedule: annealers, ParamScheduler on real steps, 1cycle and SGDR against torch's schedulers, the LR finder
+that puts everything back, and the LR-schedule plot (moved here with its tests from test_widgets.py)."""
+import copy
+import io
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from looplab.callback import Callback, CallbackError, CancelStepException
+from looplab.checkpoint import learner_state, load_learner_state
+from looplab.data import DataLoaders
+from looplab.learner import Learner, set_seed
+from looplab.schedule import (LRPlot, ParamScheduler, Sched, anneal_cos, anneal_exp, anneal_linear, combine_scheds,
+                              dry_run_scheduler, fit_flat_cos, fit_one_cycle, fit_sgdr, lr_find, one_cycle_scheds)
+from looplab.widgets import Throttle
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def make_dls(n=256, bs=16, valid=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    y = (x[:, 0] > 0).long()
+    batches = [(x[i:i + bs], y[i:i + bs]) for i in range(0, n, bs)]
+    return DataLoaders(batches, batches[:4] if valid else None)
+
+
+def make_learner(dls=None, opt_func=torch.optim.SGD, lr=0.1, **kwargs):
+    set_seed(0)
+    learn = Learner(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)), dls or make_dls(), lr=lr,
+                    opt_func=opt_func, **kwargs)
+    learn.progress.file = io.StringIO()
+    return learn
+
+
+def sgd_mom(params, lr):
+    return torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+
+@pytest.fixture
+def always_due(monkeypatch):
+    "Make every throttle due at every batch: the tests then do not depend on how fast this machine draws."
+    monkeypatch.setattr(Throttle, "due", lambda self: True)
+
+
+# --- annealers and phases -------------------------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.01, 1.0), min_size=1, max_size=5), st.floats(0.0, 1.0))
+def test_combined_phases_are_continuous_at_their_bounds_and_cover_0_to_1(shares, pct):
+    pcts = [s / sum(shares) for s in shares]
+    pcts[-1] = 1 - sum(pcts[:-1])
+    values = [float(i) for i in range(len(pcts) + 1)]
+    sched = combine_scheds(pcts, [Sched(values[i], values[i + 1], anneal_linear) for i in range(len(pcts))])
+    assert sched(0.0) == 0.0 and math.isclose(sched(1.0), len(pcts))
+    assert -1e-9 <= sched(pct) <= len(pcts) + 1e-9
+    bound = pcts[0]
+    assert math.isclose(sched(bound), 1.0, abs_tol=1e-9)  # the end of phase 1 is the start of phase 2
+
+
+def test_annealers_and_bad_phases():
+    assert anneal_cos(2.0, 0.0, 0.5) == 1.0 and math.isclose(anneal_exp(1.0, 100.0, 0.5), 10.0)
+    with pytest.raises(ValueError, match="sum to 1"):
+        combine_scheds([0.5, 0.4], [Sched(1, 0), Sched(0, 1)])
+    with pytest.raises(ValueError, match="same non-zero length"):
+        combine_scheds([], [])
+
+
+# --- ParamScheduler -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pct_start, lr_max, n_epochs", [(0.3, 0.4, 3), (0.25, 0.01, 2), (0.5, 1.0, 1)])
+def test_one_cycle_equals_torch_one_cycle_lr_at_every_step(pct_start, lr_max, n_epochs):
+    learn = make_learner(opt_func=sgd_mom)
+    learn.create_opt()
+    n_steps = n_epochs * len(learn.dls.train)
+    reference = dry_run_scheduler(lambda opt: torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=lr_max, total_steps=n_steps, pct_start=pct_start, anneal_strategy="cos", div_factor=25.0,
+        final_div_factor=1e4, base_momentum=0.85, max_momentum=0.95), learn.opt, n_steps)
+    fit_one_cycle(learn, n_epochs, lr_max=lr_max, pct_start=pct_start)
+    assert len(learn.recorder.lrs) == n_steps
+    np.testing.assert_allclose(learn.recorder.lrs, reference["lr"][0], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(learn.recorder.moms, reference["mom"][0], rtol=0, atol=1e-9)
+
+
+def test_one_cycle_with_adam_cycles_beta1_and_per_group_lrs():
+    def two_groups(params, lr):
+        params = list(params)
+        return torch.optim.Adam([{"params": params[:2], "lr": lr}, {"params": params[2:], "lr": lr}])
+
+    learn = make_learner(opt_func=two_groups)
+    learn.create_opt()
+    n_steps = 2 * len(learn.dls.train)
+    reference = dry_run_scheduler(lambda opt: torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=[0.01, 0.001], total_steps=n_steps, pct_start=0.25), learn.opt, n_steps)
+    fit_one_cycle(learn, 2, lr_max=[0.01, 0.001])
+    for group in range(2):
+        np.testing.assert_allclose([h[0][group] for h in learn.recorder.hypers], reference["lr"][group], atol=1e-9)
+        np.testing.assert_allclose([h[1][group] for h in learn.recorder.hypers], reference["mom"][group], atol=1e-9)
+
+
+@pytest.mark.parametrize("n_cycles, cycle_len, mult", [(2, 1, 2), (3, 1, 1), (2, 2, 3)])
+def test_sgdr_equals_cosine_annealing_warm_restarts(n_cycles, cycle_len, mult):
+    learn = make_learner()
+    learn.create_opt()
+    per_epoch = len(learn.dls.train)
+    n_epochs = sum(cycle_len * mult**i for i in range(n_cycles))
+    reference = dry_run_scheduler(lambda opt: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(
+        opt, T_0=cycle_len * per_epoch, T_mult=mult, eta_min=0.002), learn.opt, n_epochs * per_epoch)
+    fit_sgdr(learn, n_cycles, cycle_len, lr_max=0.1, cycle_mult=mult, lr_min=0.002)
+    np.testing.assert_allclose(learn.recorder.lrs, reference["lr"][0], rtol=0, atol=1e-9)
+
+
+def test_flat_cos_is_flat_then_anneals():
+    learn = make_learner()
+    fit_flat_cos(learn, 4, lr=0.1, pct_start=0.75)
+    lrs = learn.recorder.lrs
+    assert lrs[:48] == [0.1] * 48 and all(a > b for a, b in zip(lrs[48:], lrs[49:])) and lrs[-1] < 0.01
+
+
+class CancelSomeSteps(Callback):
+    "Cancels the step of the batches whose global index is in `skip`, as a loss scaler that finds inf gradients."
+    def __init__(self, skip):
+        self.skip = set(skip)
+
+    def on_step_begin(self):
+        if self.learn.n_iter - 1 in self.skip:
+            raise CancelStepException()
+
+
+def test_a_cancelled_step_does_not_move_the_schedule():
+    learn = make_learner()
+    sched = Sched(0.1, 0.0, anneal_linear)
+    skip = {1, 2, 7, 20}
+    learn.fit(2, cbs=[ParamScheduler({"lr": sched}), CancelSomeSteps(skip)])
+    steps_before = 0
+    expected = []
+    for i in range(32):
+        expected.append(sched(steps_before / 32))
+        steps_before += i not in skip
+    assert learn.recorder.lrs == expected and learn.n_steps == 32 - len(skip) and learn.recorder.n_skipped == 0
+
+
+def test_steps_the_loss_scaler_skips_do_not_move_the_schedule():
+    "Inf gradients under AMPEngine(float16): GradScaler refuses those steps; the schedule waits for the next real one."
+    from looplab.engine import AMPEngine
+
+    class InfAt(Callback):
+        def on_backward_begin(self):
+            if self.learn.n_iter in (4, 9):
+                self.learn.loss_grad = self.learn.loss_grad * math.inf
+
+    learn = make_learner(engine=AMPEngine(torch.float16))
+    sched = Sched(0.1, 0.0, anneal_linear)
+    learn.fit(1, cbs=[ParamScheduler({"lr": sched}), InfAt()])
+    assert learn.recorder.n_skipped == 2 and learn.n_steps == 14
+    steps_before = [0, 1, 2, 3, 3, 4, 5, 6, 7, 7, 8, 9, 10, 11, 12, 13]
+    assert learn.recorder.lrs == [sched(s / 16) for s in steps_before]
+
+
+def test_param_scheduler_resumes_from_a_learner_state_taken_mid_fit():
+    class Snap(Callback):
+        order = 50
+        def on_batch_end(self):
+            if self.learn.training and self.learn.n_iter == 21:
+                self.state = copy.deepcopy(learner_state(self.learn))
+
+    scheds = one_cycle_scheds(0.5, 48)
+    reference = make_learner(opt_func=sgd_mom)
+    reference.fit(1)  # a first fit: this fit's schedule starts at n_steps = 16, not 0
+    snap = Snap()
+    reference.fit(3, cbs=[ParamScheduler(scheds), snap])
+    resumed = make_learner(opt_func=sgd_mom)
+    scheduler = ParamScheduler(scheds)
+    load_learner_state(resumed, snap.state)
+    resumed.fit(3, cbs=[scheduler, Snap()])
+    assert scheduler.start_step == 16
+    assert resumed.recorder.hypers == reference.recorder.hypers
+    assert all(torch.equal(p, q) for p, q in zip(resumed.model.parameters(), reference.model.parameters()))
+
+
+def test_param_scheduler_counts_steps_of_a_callback_that_groups_batches():
+    class GroupOfFour(Callback):
+        def steps_per_epoch(self, n_batches):
+            return n_batches // 4
+
+        def on_step_begin(self):
+            if self.learn.iter % 4 != 3:
+                raise CancelStepException()
+
+    learn = make_learner()
+    sched = Sched(0.1, 0.0, anneal_linear)
+    scheduler = ParamScheduler({"lr": sched})
+    learn.fit(2, cbs=[scheduler, GroupOfFour()])
+    assert scheduler.total == 8 and learn.n_steps == 8
+    assert learn.recorder.lrs[3::4] == [sched(i / 8) for i in range(8)]
+
+
+@pytest.mark.parametrize("make, error, words", [
+    (lambda: ParamScheduler({"beta": Sched(1, 0)}), ValueError, ["'beta'", "'lr'", "'mom'", "'wd'"]),
+    (lambda: ParamScheduler({}), ValueError, ["non-empty"]),
+    (lambda: ParamScheduler({"lr": [Sched(1, 0), 3]}), TypeError, ["scheds['lr']", "one per parameter group"]),
+    (lambda: one_cycle_scheds(-1.0, 10), ValueError, ["lr_max", "> 0", "-1.0"]),
+    (lambda: one_cycle_scheds(0.1, 1), ValueError, ["n_steps", ">= 2"]),
+    (lambda: combine_scheds([0.2, 0.2], [Sched(1, 0), Sched(0, 1)]), ValueError, ["pcts", "sum to 1"]),
+])
+def test_schedule_bad_input(make, error, words):
+    with pytest.raises(error) as info:
+        make()
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_schedules_that_do_not_fit_the_optimizer_are_refused_at_train_begin():
+    learn = make_learner(opt_func=torch.optim.Adagrad)
+    with pytest.raises(CallbackError, match="cannot schedule 'mom'.*Adagrad"):
+        learn.fit(1, cbs=ParamScheduler({"mom": Sched(0.9, 0.8)}))
+    learn = make_learner()
+    with pytest.raises(CallbackError, match="2 schedules but the optimizer has 1"):
+        learn.fit(1, cbs=ParamScheduler({"lr": [Sched(0.1, 0), Sched(0.1, 0)]}))
+    fit_one_cycle(make_learner(), 1, lr_max=0.1)  # SGD without momentum: its momentum of 0 is cycled like any other
+    with pytest.raises(ValueError, match="lr_max"):
+        fit_one_cycle(make_learner(), 1, lr_max=0)
+
+
+# --- LR finder ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("opt_func", [sgd_mom, torch.optim.Adam])
+def test_lr_find_puts_back_weights_optimizer_recorder_and_callbacks_bit_for_bit(opt_func):
+    class Counter(Callback):
+        def __init__(self):
+            self.n = 0
+        def on_batch_end(self):
+            self.n += 1
+        def state_dict(self):
+            return {"n": self.n}
+        def load_state_dict(self, state):
+            self.n = state["n"]
+
+    counter = Counter()
+    learn = make_learner(opt_func=opt_func, cbs=[counter])
+    learn.fit(1)
+    weights = copy.deepcopy(learn.model.state_dict())
+    opt_state = copy.deepcopy(learn.opt.state_dict())
+    recorder = learn.recorder.state_dict()
+    n_iter, n_steps, count = learn.n_iter, learn.n_steps, counter.n
+    rng = torch.get_rng_state()
+    found = lr_find(learn, n_steps=60)
+    assert len(found.lrs) > 10 and found.lrs[0] == 1e-7
+    assert all(torch.equal(v, learn.model.state_dict()[k]) for k, v in weights.items())
+    after = learn.opt.state_dict()
+    assert after["param_groups"] == opt_state["param_groups"]
+    for key, state in opt_state["state"].items():
+        assert all(torch.equal(v, after["state"][key][name]) for name, v in state.items())
+    after_rec = learn.recorder.state_dict()
+    assert torch.equal(after_rec["losses"], recorder["losses"]) and after_rec["hypers"] == recorder["hypers"]
+    assert after_rec["values"] == recorder["values"]
+    assert (learn.n_iter, learn.n_steps, counter.n) == (n_iter, n_steps, count) and torch.equal(rng, torch.get_rng_state())
+    assert counter in learn.cbs and not any(type(cb).__name__ == "LRFinder" for cb in learn.cbs)
+
+
+def test_lr_find_then_fit_equals_fit_alone_and_before_any_fit_leaves_no_optimizer():
+    alone = make_learner()
+    alone.fit(2)
+    learn = make_learner()
+    lr_find(learn, n_steps=30)
+    assert learn.opts == {} and learn.opt is None
+    learn.fit(2)
+    assert learn.recorder.losses == alone.recorder.losses
+
+
+def test_lr_find_stops_on_divergence_and_suggests_below_it():
+    learn = make_learner()
+    found = lr_find(learn, start_lr=1e-4, end_lr=1e4, n_steps=100)
+    assert len(found.lrs) < 100
+    assert found.suggestions["steep"] < found.lrs[-1] and found.suggestions["min/10"] < found.lrs[-1]
+    assert found._repr_png_()[:8] == PNG
+    with pytest.raises(ValueError, match="end_lr"):
+        lr_find(learn, start_lr=1.0, end_lr=0.5)
+    with pytest.raises(ValueError, match="n_steps"):
+        lr_find(learn, n_steps=1)
+
+# --- LRPlot ---------------------------------------------------------------------------------------------------
+
+class TorchScheduler(Callback):
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+
+    def on_train_begin(self):
+        self.sched = self.scheduler(self.learn.opt)
+
+    def on_step_end(self):
+        self.sched.step()
+
+
+class FnScheduler(Callback):
+    "Sets every group's LR from sched_fn(pct) before each training step, pct = step / n_steps."
+    def __init__(self, sched_fn):
+        self.sched_fn = sched_fn
+
+    def on_train_begin(self):
+        self.n_steps = self.learn.n_epochs * len(self.learn.dls.train)
+        self.step = 0
+
+    def on_batch_begin(self):
+        if self.learn.training:
+            for group in self.learn.opt.param_groups:
+                group["lr"] = self.sched_fn(self.step / self.n_steps)
+            self.step += 1
+
+
+def two_group_adam(params, lr):
+    params = list(params)
+    return torch.optim.Adam([{"params": params[:2], "lr": lr}, {"params": params[2:], "lr": lr / 10}])
+
+
+def test_lr_plot_dry_run_predicts_training_exactly_for_every_group():
+    learn = make_learner(opt_func=two_group_adam, lr=0.01)
+    learn.create_opt()
+    step_lr = lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
+    plot = LRPlot(scheduler=step_lr, n_steps=48, opt=learn.opt)
+    assert set(plot.planned["lr"]) == {"plan (scheduler, group 0)", "plan (scheduler, group 1)"}
+    learn.fit(3, cbs=[plot, TorchScheduler(step_lr)])
+    assert plot.lrs == [plot.planned["lr"]["plan (scheduler, group 0)"], plot.planned["lr"]["plan (scheduler, group 1)"]]
+    assert plot.lrs[0][:11] == [0.01] * 10 + [0.005]
+    assert plot.moms == [[0.9] * 48, [0.9] * 48]  # Adam's betas[0]
+
+
+def test_lr_plot_plans_a_function_of_progress_at_train_begin_and_matches_it(always_due):
+    learn = make_learner()
+    cosine = lambda pct: 0.05 + 0.05 * math.cos(math.pi * pct)
+    plot = LRPlot(sched_fn=cosine, mode="widget")
+    learn.fit(2, cbs=[plot, FnScheduler(cosine)])
+    assert plot.n_steps == 32
+    assert plot.lrs == [plot.planned["lr"]["plan (sched_fn)"]]
+    assert plot.live.n_draws > 1 and plot.live.png[:8] == PNG
+    assert plot.moms == [[0.0] * 32]  # SGD without momentum still has a momentum of 0
+
+
+def test_lr_plot_without_plan_draws_what_was_used():
+    learn = make_learner()
+    plot = LRPlot()
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plot.plot()
+    assert plot._repr_png_() is None
+    learn.fit(1, cbs=plot)
+    assert plot.lrs == [[0.1] * 16] and plot.planned == {"lr": {}, "mom": {}}
+    assert plot._repr_png_()[:8] == PNG
+
+
+def test_lr_plot_needs_n_steps_when_the_loader_has_no_length():
+    batches = make_dls().train
+
+    class Stream:
+        def __iter__(self):
+            return iter(batches)
+
+    learn = make_learner(dls=DataLoaders(Stream(), None))
+    with pytest.raises(CallbackError, match="n_steps"):
+        learn.fit(1, cbs=LRPlot(sched_fn=lambda pct: 0.1))
+    plot = LRPlot(sched_fn=lambda pct: 0.1, n_steps=16)
+    learn.fit(1, cbs=plot)
+    assert len(plot.lrs[0]) == 16
+
+
+def test_dry_run_never_touches_the_real_optimizer_or_model():
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    torch.optim.lr_scheduler.StepLR(opt, step_size=1)  # the real optimizer already has a scheduler
+    model(torch.ones(2, 3)).sum().backward()  # and gradients waiting
+    weights = [p.detach().clone() for p in model.parameters()]
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    plan = dry_run_scheduler(lambda o: torch.optim.lr_scheduler.ExponentialLR(o, gamma=0.5), opt, 4)
+    assert plan["lr"] == [[0.1, 0.05, 0.025, 0.0125]] and plan["mom"] == [[0.9] * 4]
+    assert all(torch.equal(w, p) for w, p in zip(weights, model.parameters()))
+    assert [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] == groups
+    assert not opt.state
+
+
+def test_dry_run_works_for_an_optimizer_with_required_arguments():
+    class PlainSGD(torch.optim.Optimizer):
+        def __init__(self, params, lr, wd):
+            super().__init__(params, {"lr": lr, "wd": wd})
+
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.data.add_(p.grad, alpha=-group["lr"])
+
+    opt = PlainSGD(nn.Linear(2, 1).parameters(), lr=1.0, wd=0.1)
+    plan = dry_run_scheduler(lambda o: torch.optim.lr_scheduler.LinearLR(o, 0.5, 1.0, total_iters=2), opt, 3)
+    assert plan["lr"][0] == pytest.approx([0.5, 0.75, 1.0]) and plan["mom"] is None
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda opt: dry_run_scheduler(torch.optim.lr_scheduler.StepLR(opt, 1), opt, 3), TypeError, ["lambda opt"]),
+    (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.StepLR(o, 1), "sgd", 3), TypeError, ["opt", "str"]),
+    (lambda opt: dry_run_scheduler(lambda o: None, opt, 3), TypeError, ["step()", "NoneType"]),
+    (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.StepLR(o, 1), opt, 2.5), ValueError, ["n_steps", "2.5"]),
+    (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.OneCycleLR(o, 1.0, total_steps=5), opt, 7),
+     ValueError, ["step 6", "n_steps=7"]),
+    (lambda opt: LRPlot(scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 1), n_steps=4).plan(), ValueError, ["opt="]),
+    (lambda opt: LRPlot(mom_fn=3), TypeError, ["mom_fn", "3"]),
+    (lambda opt: LRPlot(n_steps=0), ValueError, ["n_steps", "0"]),
+])
+def test_lr_plot_bad_input(call, error, words):
+    opt = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)
+    with pytest.raises(error) as info:
+        call(opt)
+    for word in words:
+        assert word in str(info.value)
+
+
