@@ -273,6 +273,11 @@ def _as_engine(engine):
                         f"or a DDP engine of notebook 13), got {engine!r} of type {type(engine).__name__}")
     return engine
 
+def _engine_dls(engine, dls):
+    "The loaders as the engine wants them: a DDP engine (notebook 13) gives each rank its shard; others keep `dls`."
+    prepare = getattr(engine, "prepare_dls", None)
+    return dls if prepare is None else prepare(dls)
+
 # %% ../nbs/04_learner.ipynb #ae7a938a
 class LearnerBase:
     "The state a callback sees and changes: model, data, loss, optimizers, engine, counters, the current batch."
@@ -284,11 +289,11 @@ class LearnerBase:
             raise TypeError(f"dls must have .train and .valid loaders (a looplab.data.DataLoaders), "
                             f"got {type(dls).__name__}")
         self.model = model
-        self.dls = dls
+        self.engine = _as_engine(engine)
+        self.dls = _engine_dls(self.engine, dls)
         self.loss_func = loss_func
         self.opt_func = opt_func
         self.lr = lr
-        self.engine = _as_engine(engine)
         self.metrics = as_reducers(metrics)
         self.opts: dict[str, torch.optim.Optimizer] = {}
         self.opt = None
