@@ -136,6 +136,8 @@ def _worker(train_fn: Callable, args: tuple, rank: int, nprocs: int, port: int, 
     try:
         torch.distributed.init_process_group(backend, rank=rank, world_size=nprocs)
         value = pickle.dumps(train_fn(*args))  # plain bytes: no tensor shared with a process about to exit
+        if torch.distributed.is_initialized():  # train_fn may have torn it down
+            torch.distributed.barrier()  # every rank done before the group (and rank 0's store) goes away
         results.put((rank, True, value))
     except BaseException as e:
         results.put((rank, False, (f"{type(e).__name__}: {e}", traceback.format_exc())))

@@ -136,12 +136,10 @@ class DistributedDataParallelEngine(DeviceEngine):
             dist.destroy_process_group()
         return self.unwrap_model(model)
 
-    def backward_loss(self, loss: torch.Tensor, model: nn.Module, optimizer, sync_grads: bool = True) -> None:
-        "Backpropagate; on an accumulation batch (`sync_grads=False`) inside `no_sync`, so no all-reduce runs."
-        if sync_grads or not isinstance(model, DistributedDataParallel):
-            return super().backward_loss(loss, model, optimizer, sync_grads)
-        with model.no_sync():
-            super().backward_loss(loss, model, optimizer, sync_grads)
+    def before_forward(self, model: nn.Module, sync_grads: bool) -> None:
+        "Before a training batch's forward: on an accumulation batch (`sync_grads=False`), what `no_sync()` does."
+        if isinstance(model, DistributedDataParallel):
+            model.require_backward_grad_sync = sync_grads  # the flag no_sync() clears; DDP reads it in forward
 
     def sync_tensor(self, t: torch.Tensor, mode: str):
         "`t` summed or averaged over ranks, or `all_gather`ed (a list, one per rank; same shape on every rank)."

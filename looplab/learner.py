@@ -278,6 +278,12 @@ def _engine_dls(engine, dls):
     prepare = getattr(engine, "prepare_dls", None)
     return dls if prepare is None else prepare(dls)
 
+def _before_forward(learn) -> None:
+    "Tell an engine that decides before the forward pass (DDP: sync the gradients or not) what this batch needs."
+    hook = getattr(learn.engine, "before_forward", None)
+    if hook is not None and learn.training:
+        hook(learn.model, learn.sync_grads)
+
 # %% ../nbs/04_learner.ipynb #ae7a938a
 class LearnerBase:
     "The state a callback sees and changes: model, data, loss, optimizers, engine, counters, the current batch."
@@ -392,6 +398,7 @@ class BatchLoop(LearnerBase):
     def _do_batch(self) -> None:
         try:
             self.cbh("on_batch_begin")
+            _before_forward(self)
             with self.engine.autocast():
                 self.preds = _checked_call(self, "the model", self.model, self.xb)
                 self.cbh("on_loss_begin")
