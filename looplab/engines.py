@@ -20,7 +20,7 @@ from .engine import AMPEngine, DeviceEngine, Engine
 
 # %% auto #0
 __all__ = ['PROCESS_GROUP_ENV', 'ENGINES', 'APEX_EQUIVALENTS', 'DataParallelEngine', 'DataParallelAMPEngine', 'process_group_env',
-           'DistributedDataParallelEngine', 'DistributedDataParallelAMPEngine', 'get_engine']
+           'ProcessGroupEngine', 'DistributedDataParallelEngine', 'DistributedDataParallelAMPEngine', 'get_engine']
 
 # %% ../nbs/13_engines.ipynb #8ca90cd8
 class DataParallelEngine(DeviceEngine):
@@ -86,11 +86,10 @@ class _LoopDDP(DistributedDataParallel):
             return self.module(*args, **kwargs)
         return super().forward(*args, **kwargs)
 
-# %% ../nbs/13_engines.ipynb #f7c049ad
-class DistributedDataParallelEngine(DeviceEngine):
-    "One process of many (torchrun or `launch`): the model in DDP, gradients averaged over ranks; gloo or NCCL."
-    def __init__(self, device=None, backend: str | None = None, sync_bn: bool = False, timeout_s: float = 300.0,
-                 **precision):
+# %% ../nbs/13_engines.ipynb #01fd48f7
+class ProcessGroupEngine(DeviceEngine):
+    "One process of many (torchrun or `launch`): joins the process group; collectives; rank 0 writes files."
+    def __init__(self, device=None, backend: str | None = None, timeout_s: float = 300.0, **precision):
         env = process_group_env()
         self.rank = int(env["RANK"])
         self.world_size = int(env["WORLD_SIZE"])
@@ -103,7 +102,6 @@ class DistributedDataParallelEngine(DeviceEngine):
         self.backend = backend or ("nccl" if self.device.type == "cuda" else "gloo")
         if self.backend not in ("gloo", "nccl") or (self.backend == "nccl" and self.device.type != "cuda"):
             raise ValueError(f"backend must be 'gloo' (CPU or GPU) or 'nccl' (GPU only), got {backend!r} on {self.device}")
-        self.sync_bn = sync_bn
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         if not dist.is_initialized():
@@ -112,34 +110,6 @@ class DistributedDataParallelEngine(DeviceEngine):
         if (dist.get_rank(), dist.get_world_size()) != (self.rank, self.world_size):
             raise RuntimeError(f"the running process group has rank {dist.get_rank()} of {dist.get_world_size()}, "
                                f"but the environment says RANK={self.rank}, WORLD_SIZE={self.world_size}")
-
-    def prepare_dls(self, dls):
-        "Each rank's part of the data: a shard of every global training batch, and of the validation set."
-        from looplab.distributed import shard_dls  # notebook 14 builds the sharding on this engine
-        return shard_dls(dls, self.rank, self.world_size)
-
-    def init_components(self, model: nn.Module) -> nn.Module:
-        "The model on this rank's device (BatchNorm made SyncBatchNorm if asked), wrapped in DDP."
-        if not dist.is_initialized():
-            raise RuntimeError("the process group was torn down (a fit raised): build a new engine in a new process")
-        if isinstance(model, DistributedDataParallel):
-            return model
-        if self.sync_bn:
-            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        model = model.to(self.device)
-        device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return _LoopDDP(model, device_ids=device_ids)
-
-    def deinit_components(self, model: nn.Module) -> nn.Module:
-        "The bare model; if training raised, the process group is destroyed too, so that no rank waits forever."
-        if sys.exc_info()[0] is not None and dist.is_initialized():
-            dist.destroy_process_group()
-        return self.unwrap_model(model)
-
-    def before_forward(self, model: nn.Module, sync_grads: bool) -> None:
-        "Before a training batch's forward: on an accumulation batch (`sync_grads=False`), what `no_sync()` does."
-        if isinstance(model, DistributedDataParallel):
-            model.require_backward_grad_sync = sync_grads  # the flag no_sync() clears; DDP reads it in forward
 
     def sync_tensor(self, t: torch.Tensor, mode: str):
         "`t` summed or averaged over ranks, or `all_gather`ed (a list, one per rank; same shape on every rank)."
@@ -169,7 +139,46 @@ class DistributedDataParallelEngine(DeviceEngine):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size}, device={str(self.device)!r})"
 
-# %% ../nbs/13_engines.ipynb #b4d2f9d7
+# %% ../nbs/13_engines.ipynb #fd76572a
+class DistributedDataParallelEngine(ProcessGroupEngine):
+    "The model in DDP, gradients averaged over ranks, each rank on its shard of the data; gloo or NCCL."
+    def __init__(self, device=None, backend: str | None = None, sync_bn: bool = False, timeout_s: float = 300.0,
+                 **precision):
+        super().__init__(device=device, backend=backend, timeout_s=timeout_s, **precision)
+        if sync_bn and self.device.type != "cuda":
+            raise ValueError(f"sync_bn=True needs CUDA devices (torch's SyncBatchNorm runs on GPUs only), but this "
+                             f"engine runs on {self.device}: use sync_bn=False")
+        self.sync_bn = sync_bn
+
+    def prepare_dls(self, dls):
+        "Each rank's part of the data: a shard of every global training batch, and of the validation set."
+        from looplab.distributed import shard_dls  # notebook 14 builds the sharding on this engine
+        return shard_dls(dls, self.rank, self.world_size)
+
+    def init_components(self, model: nn.Module) -> nn.Module:
+        "The model on this rank's device (BatchNorm made SyncBatchNorm if asked), wrapped in DDP."
+        if not dist.is_initialized():
+            raise RuntimeError("the process group was torn down (a fit raised): build a new engine in a new process")
+        if isinstance(model, DistributedDataParallel):
+            return model
+        if self.sync_bn:
+            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        model = model.to(self.device)
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return _LoopDDP(model, device_ids=device_ids)
+
+    def deinit_components(self, model: nn.Module) -> nn.Module:
+        "The bare model; if training raised, the process group is destroyed too, so that no rank waits forever."
+        if sys.exc_info()[0] is not None and dist.is_initialized():
+            dist.destroy_process_group()
+        return self.unwrap_model(model)
+
+    def before_forward(self, model: nn.Module, sync_grads: bool) -> None:
+        "Before a training batch's forward: on an accumulation batch (`sync_grads=False`), what `no_sync()` does."
+        if isinstance(model, DistributedDataParallel):
+            model.require_backward_grad_sync = sync_grads  # the flag no_sync() clears; DDP reads it in forward
+
+# %% ../nbs/13_engines.ipynb #de9098a6
 class DistributedDataParallelAMPEngine(DistributedDataParallelEngine, AMPEngine):
     "`DistributedDataParallelEngine` in mixed precision: autocast in `dtype`, a gradient scaler for float16."
     def __init__(self, dtype: torch.dtype = torch.float16, device=None, init_scale: float = 2.0**16,
@@ -180,7 +189,7 @@ class DistributedDataParallelAMPEngine(DistributedDataParallelEngine, AMPEngine)
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dtype={self.dtype}, rank={self.rank}, world_size={self.world_size})"
 
-# %% ../nbs/13_engines.ipynb #84e806af
+# %% ../nbs/13_engines.ipynb #9076154f
 ENGINES = {"device": DeviceEngine, "amp": AMPEngine, "dp": DataParallelEngine, "dp_amp": DataParallelAMPEngine,
            "ddp": DistributedDataParallelEngine, "ddp_amp": DistributedDataParallelAMPEngine}
 APEX_EQUIVALENTS = {"APEXEngine": "amp", "DataParallelAPEXEngine": "dp_amp",

@@ -189,6 +189,11 @@ def engine_checks(ckpt):
     assert engine.deinit_components(wrapped) is model
     with engine.autocast():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+    try:
+        DistributedDataParallelEngine(device="cpu", sync_bn=True)
+        raise AssertionError("expected a ValueError")
+    except ValueError as e:
+        assert "sync_bn=True needs CUDA" in str(e)
     amp = DistributedDataParallelAMPEngine(torch.bfloat16, device="cpu")
     assert amp.scaler is None and amp.rank == rank
     with amp.autocast():

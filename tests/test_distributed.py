@@ -72,7 +72,7 @@ def test_checkpoint_from_two_processes_resumes_in_another_number_with_the_same_i
     n_iter, n_steps = launch(w.resume_run, nprocs=resume_nprocs, args=(tmp_path / "second.log", ckpt, None, True))[0]
     assert first + items(tmp_path / "second.log") == whole  # nothing lost, nothing repeated
     assert (n_iter, n_steps) == (18, 18)
-    with pytest.raises(WorkerError, match="n=100.*n=101|n=101.*n=100|CheckpointError"):
+    with pytest.raises(WorkerError, match="EpochBatchSampler state with n=100 into a sampler with n=101"):
         launch(w.resume_run, nprocs=resume_nprocs, args=(tmp_path / "bad.log", ckpt, None, True, 101))
 
 
