@@ -99,8 +99,8 @@ def gpu_precision(rounds, bs, n_batches, epochs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--bs", type=int, default=256, help="items per process per batch (CPU)")
-    parser.add_argument("--batches", type=int, default=20, help="batches per epoch")
+    parser.add_argument("--bs", type=int, default=1024, help="items per process per batch (CPU)")
+    parser.add_argument("--batches", type=int, default=10, help="batches per epoch")
     parser.add_argument("--epochs", type=int, default=2, help="timed epochs")
     parser.add_argument("--gpu", action="store_true", help="also compare fp32 and float16 AMP on a CUDA device")
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU scaling part")
