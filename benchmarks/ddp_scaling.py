@@ -4,8 +4,9 @@ DeviceEngine in float32 against AMPEngine in float16 on one CUDA device.
 CPU: weak scaling, as DDP is used: each process keeps its batch of --bs items, so W processes train on global
 batches of W * bs; the group's throughput is W * bs * batches / the slowest rank's time for the timed epochs
 (after one warm-up epoch). Noise only ever slows a run down, so the ratio of the fastest runs is printed beside
-the ratio of the medians; on a machine whose cores other work shares, neither measures scaling. The workload is a compute-heavy MLP, so that the all-reduce of its gradients is small
-next to the matrix products. The goal on a 2-core machine is a ratio of at least 1.7.
+the ratio of the medians; on a machine whose cores other work shares, neither measures scaling. The workload
+is a compute-heavy MLP, so that the all-reduce of its gradients is small next to the matrix products. The goal on a 2-core machine is a
+ratio of at least 1.7.
 
 Run: python benchmarks/ddp_scaling.py [--rounds 3] [--gpu]
 """
@@ -67,7 +68,8 @@ def cpu_scaling(rounds, bs, n_batches, epochs):
     print(f"CPU, gloo, 1 thread per process, MLP 256-1024-1024-10, {bs} items per process per batch")
     print(f"  1 process : {one:10.0f} items/s   (runs: {', '.join(f'{r:.0f}' for r in results[1])})")
     print(f"  2 processes: {two:10.0f} items/s   (runs: {', '.join(f'{r:.0f}' for r in results[2])})")
-    print(f"  ratio 2/1 : {two / one:.2f}x of the medians, {max(results[2]) / max(results[1]):.2f}x of the fastest runs "
+    fastest = max(results[2]) / max(results[1])
+    print(f"  ratio 2/1 : {two / one:.2f}x of the medians, {fastest:.2f}x of the fastest runs "
           "(goal >= 1.7x on 2 otherwise idle cores)")
 
 

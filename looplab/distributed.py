@@ -38,8 +38,9 @@ class ShardedBatchSampler:
             raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
         bs = getattr(batch_sampler, "bs", None)
         if bs is not None and bs % world_size:
+            suggestion = bs - bs % world_size or world_size
             raise ValueError(f"the global batch size bs={bs} must be a multiple of the {world_size} processes, so "
-                             f"that every rank takes the same number of items: use bs={bs - bs % world_size or world_size}")
+                             f"that every rank takes the same number of items: use bs={suggestion}")
         n = getattr(batch_sampler, "n", None)
         short = n % bs if n is not None and bs is not None and not batch_sampler.drop_last else 0
         if 0 < short < world_size:
@@ -145,12 +146,14 @@ def _worker(train_fn: Callable, args: tuple, rank: int, nprocs: int, port: int, 
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
-# %% ../nbs/14_distributed.ipynb #2fde07e0
+# %% ../nbs/14_distributed.ipynb #ce0e689f
 def _start_method(start_method: str | None) -> str:
-    "fork where it is safe (POSIX, CUDA not initialised here), spawn otherwise; refuse an unsafe fork."
+    "fork where it is safe (Linux, CUDA not initialised here), spawn otherwise; refuse an unsafe fork."
     methods = multiprocessing.get_all_start_methods()
     if start_method is None:
-        return "fork" if "fork" in methods and not torch.cuda.is_initialized() else "spawn"
+        # not on macOS, whose system libraries break in a forked child
+        safe = sys.platform.startswith("linux") and not torch.cuda.is_initialized()
+        return "fork" if safe and "fork" in methods else "spawn"
     if start_method not in methods:
         raise ValueError(f"start_method must be None or one of {methods} on this system, got {start_method!r}")
     if start_method == "fork" and torch.cuda.is_initialized():
