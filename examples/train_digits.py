@@ -40,9 +40,8 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump({"world_size": engine.world_size, "accuracy": row["accuracy"], "valid_loss": row["valid_loss"],
                        "valid_items": valid_items}, f)
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()  # every rank done before the group (and rank 0's store) goes away
-        torch.distributed.destroy_process_group()
+    if isinstance(engine, DistributedDataParallelEngine):
+        engine.close()  # every rank done, then the process group destroyed
 
 
 if __name__ == "__main__":

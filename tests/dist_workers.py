@@ -198,6 +198,8 @@ def engine_checks(ckpt):
     assert amp.scaler is None and amp.rank == rank
     with amp.autocast():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    engine.close()
+    assert not dist.is_initialized()
     return rank, world, os.getpid()
 
 
