@@ -65,6 +65,22 @@ def _callback_states(learn) -> dict:
     return states
 
 # %% ../nbs/12_checkpoint.ipynb #c5a749c3
+def _rng_of_every_rank(engine) -> dict:
+    "Rank 0's generator states; under several processes, every other rank's in `other_ranks` (a collective)."
+    state = rng_state()
+    if engine.world_size == 1:
+        return state
+    states = [None] * engine.world_size
+    torch.distributed.all_gather_object(states, state)
+    return {**states[0], "other_ranks": states[1:]}
+
+def _own_rng(engine, saved: dict) -> dict | None:
+    "This rank's generator states in `saved`; None for a rank the saved run did not have (it keeps its own)."
+    if engine.rank == 0:
+        return saved
+    others = saved.get("other_ranks", [])
+    return others[engine.rank - 1] if engine.rank <= len(others) else None
+
 def learner_state(learn) -> dict:
     "Everything the rest of `learn`'s run depends on, as plain data, read at this moment."
     opt_names = [name for name, opt in learn.opts.items() if opt is learn.opt]
@@ -78,7 +94,7 @@ def learner_state(learn) -> dict:
             "callbacks": _callback_states(learn),
             "loop": {"epoch": epoch, "iter": batch, "n_iter": learn.n_iter, "n_steps": learn.n_steps},
             "data_order": order.state_dict() if hasattr(order, "state_dict") else None,
-            "rng": rng_state()}
+            "rng": _rng_of_every_rank(learn.engine)}
 
 # %% ../nbs/12_checkpoint.ipynb #94502cc1
 def _check_fits(learn, state: dict) -> None:
@@ -123,7 +139,9 @@ def load_learner_state(learn, state: dict) -> None:
                              "that was saved")
         for key, cb in zip(mine, learn.cbs):
             cb.load_state_dict(saved_callbacks[key])
-        set_rng_state(state["rng"])
+        own = _own_rng(learn.engine, state["rng"])
+        if own is not None:
+            set_rng_state(own)
 
     if state["data_order"] is not None:
         order = learn.train_order

@@ -67,6 +67,13 @@ class Engine:
         "Whether batches need `sync_device`: not on the CPU, where loaders already put them (it saves ~2 µs a batch)."
         return self.device.type != "cpu"
 
+    def prepare_dls(self, dls):
+        "The loaders as this engine runs them: one process keeps `dls`; DDP gives each rank its shard (notebook 14)."
+        return dls
+
+    def before_forward(self, model: nn.Module, sync_grads: bool) -> None:
+        "Before a training forward pass: DDP decides there whether this batch's backward syncs the gradients."
+
     def init_components(self, model: nn.Module) -> nn.Module:
         "Prepare `model` at `fit`'s start: on the device (and wrapped, for DDP); return what the loop calls."
         return model.to(self.device)

@@ -327,7 +327,8 @@ class LearnerBase:
             raise TypeError(f"dls must have .train and .valid loaders (a looplab.data.DataLoaders), "
                             f"got {type(dls).__name__}")
         self.model = model
-        self.dls = dls
+        self.engine = _as_engine(engine)
+        self.dls = self.engine.prepare_dls(dls)  # a DDP engine gives each rank its shard
         for name, fn in (("loss_func", loss_func), ("opt_func", opt_func), ("split_batch", split_batch)):
             if not callable(fn):
                 raise TypeError(f"{name} must be callable, got {fn!r} of type {type(fn).__name__}")
@@ -335,7 +336,6 @@ class LearnerBase:
         self.opt_func = opt_func
         self.split_batch = split_batch
         self.lr = _checked_lr(lr)
-        self.engine = _as_engine(engine)
         self.metrics = as_reducers(metrics)
         self.opts: dict[str, torch.optim.Optimizer] = {}
         self.opt = None
@@ -446,6 +446,8 @@ class BatchLoop(LearnerBase):
     def _do_batch(self) -> None:
         try:
             self.cbh("on_batch_begin")
+            if self.training:
+                self.engine.before_forward(self.model, self.sync_grads)  # DDP: sync this batch's gradients or not
             with self.engine.autocast():
                 self.preds = _checked_call(self, "the model", self.model, self.xb)
                 self.cbh("on_loss_begin")
