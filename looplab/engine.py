@@ -42,6 +42,8 @@ def resolve_device(device=None) -> torch.device:
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise ValueError(f"device {str(device)!r} does not exist: this machine has "
                          f"{torch.cuda.device_count()} CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if device.type == "cuda" and device.index is None:  # "cuda" is the current device: name it, as tensors do
+        device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 # %% ../nbs/04_engine.ipynb #b6c4a8e4
