@@ -78,6 +78,7 @@ def test_checkpoint_from_two_processes_resumes_in_another_number_with_the_same_i
 
 def test_launcher_reports_the_failing_rank_and_leaves_no_process(tmp_path):
     "(e) rank 1 raises while rank 0 waits for it in a barrier: the error names rank 1, and both processes are gone."
+    others = set(multiprocessing.active_children())  # children of earlier tests (a persistent DataLoader's workers)
     with pytest.raises(WorkerError) as info:
         launch(w.write_pid_then, nprocs=2, args=(str(tmp_path), "fail"))
     assert info.value.rank == 1 and "KeyError: 'a bug on rank 1'" in str(info.value)
@@ -85,7 +86,7 @@ def test_launcher_reports_the_failing_rank_and_leaves_no_process(tmp_path):
     pids = [int(p.read_text()) for p in sorted(tmp_path.glob("*.pid"))]
     assert len(pids) == 2
     assert_gone(pids)
-    assert multiprocessing.active_children() == []
+    assert set(multiprocessing.active_children()) <= others  # no worker of this launch is left
 
 
 def test_launcher_ends_its_workers_on_interrupt(tmp_path):
