@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['NORM_TYPES', 'AdamW', 'SGD', 'param_groups']
+__all__ = ['NORM_TYPES', 'PerParameterOptimizer', 'AdamW', 'SGD', 'param_groups']
 
 # %% ../nbs/07_optimizers.ipynb #d905b35b
 def _check_hypers(lr, betas=None, eps=None, weight_decay=0.0, momentum=None) -> None:
@@ -27,16 +27,9 @@ def _check_hypers(lr, betas=None, eps=None, weight_decay=0.0, momentum=None) -> 
     if momentum is not None and not 0 <= momentum < 1:
         raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
 
-# %% ../nbs/07_optimizers.ipynb #095e8e74
-class AdamW(torch.optim.Optimizer):
-    "Adam with decoupled weight decay (Algorithm 2 of Loshchilov & Hutter); `decouple_wd=False` gives Adam with L2."
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, decouple_wd: bool = True):
-        _check_hypers(lr, betas, eps, weight_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                    "decouple_wd": decouple_wd}
-        super().__init__(params, defaults)
-
+# %% ../nbs/07_optimizers.ipynb #dcf6f525
+class PerParameterOptimizer(torch.optim.Optimizer):
+    "An optimizer written as `_update(p, group)` for one parameter; `step` applies it to each one with a gradient."
     @torch.no_grad()
     def step(self, closure=None):
         "One update of every parameter that has a gradient."
@@ -49,6 +42,19 @@ class AdamW(torch.optim.Optimizer):
                 if p.grad is not None:
                     self._update(p, group)
         return loss
+
+    def _update(self, p: torch.Tensor, group: dict) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define _update(p, group), the update of one parameter")
+
+# %% ../nbs/07_optimizers.ipynb #b6eab405
+class AdamW(PerParameterOptimizer):
+    "Adam with decoupled weight decay (Algorithm 2 of Loshchilov & Hutter); `decouple_wd=False` gives Adam with L2."
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, decouple_wd: bool = True):
+        _check_hypers(lr, betas, eps, weight_decay)
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                    "decouple_wd": decouple_wd}
+        super().__init__(params, defaults)
 
     def _update(self, p: torch.Tensor, group: dict) -> None:
         lr = group["lr"]  # η_t α
@@ -73,27 +79,14 @@ class AdamW(torch.optim.Optimizer):
         denom = (state["exp_avg_sq"].sqrt() / math.sqrt(bias2)).add_(group["eps"])
         p.addcdiv_(state["exp_avg"], denom, value=-lr / bias1)  # line 12: η_t α m̂ / (√v̂ + ε)
 
-# %% ../nbs/07_optimizers.ipynb #c140b1d7
-class SGD(torch.optim.Optimizer):
+# %% ../nbs/07_optimizers.ipynb #8fbc5adb
+class SGD(PerParameterOptimizer):
     "SGD with momentum; weight decay as L2 (through the gradient, as torch's SGD) or decoupled (`decouple_wd`)."
     def __init__(self, params, lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,
                  decouple_wd: bool = False):
         _check_hypers(lr, weight_decay=weight_decay, momentum=momentum)
         defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay, "decouple_wd": decouple_wd}
         super().__init__(params, defaults)
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        "One update of every parameter that has a gradient."
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    self._update(p, group)
-        return loss
 
     def _update(self, p: torch.Tensor, group: dict) -> None:
         lr = group["lr"]
@@ -112,7 +105,7 @@ class SGD(torch.optim.Optimizer):
             p.mul_(1 - lr * wd)
         p.add_(grad, alpha=-lr)
 
-# %% ../nbs/07_optimizers.ipynb #09aa185d
+# %% ../nbs/07_optimizers.ipynb #e2eba583
 NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
 def param_groups(model: nn.Module, weight_decay: float, no_decay_bias_norm: bool = True,

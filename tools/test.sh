@@ -34,7 +34,7 @@ mapfile -t nbs < <(ls "$root"/nbs/*.ipynb)
 if [ "${#nbs[@]}" -eq 0 ]; then echo "no notebooks found in $root/nbs" >&2; exit 1; fi
 log=$(mktemp)
 nbdev_test --path "$root/nbs" --n_workers 2 --do_print --timing 2>&1 | tee "$log"
-started=$(grep -c "^Starting" "$log" || true)
+started=$(grep -o "Starting /" "$log" | wc -l)  # parallel workers may print two on one line
 if [ "$started" -ne "${#nbs[@]}" ]; then
   echo "nbdev_test ran $started notebooks, expected ${#nbs[@]}" >&2
   exit 1
