@@ -8,12 +8,11 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import random
 import re
 from collections import OrderedDict
 from datetime import datetime, timezone
 from pathlib import Path
-
-import random
 
 import numpy as np
 import torch
