@@ -13,7 +13,6 @@ from torch import nn
 from looplab.callback import Callback, CancelFitException, CancelStepException, CancelZeroGradException
 from looplab.checkpoint import load_checkpoint, save_checkpoint
 from looplab.data import DataLoaders, load_digits
-from looplab.engine import DeviceEngine
 from looplab.engines import DistributedDataParallelAMPEngine, DistributedDataParallelEngine
 from looplab.learner import Learner, set_seed
 from looplab.metrics import Accuracy

@@ -5,17 +5,18 @@ It trains, optionally saving a checkpoint after training batch N and stopping th
 checkpoint first, and saves its final parameters and history to OUT (loads with `weights_only=True`)."""
 import argparse
 import math
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from looplab.callback import Callback, CancelFitException
-from looplab.checkpoint import load_checkpoint, save_checkpoint
+from looplab.callback import Callback
+from looplab.checkpoint import load_checkpoint
 from looplab.data import DataLoaders, load_digits
 from looplab.engine import AMPEngine, DeviceEngine
 from looplab.learner import Learner, set_seed
 from looplab.metrics import Accuracy
+
+from helpers import StopAt
 
 
 class Alternate(Callback):
@@ -45,26 +46,12 @@ class Overflow(Callback):
             next(self.learn.model.parameters()).grad.view(-1)[0] = math.inf
 
 
-class SaveAndStop(Callback):
-    "Saves a checkpoint after training batch `n_iter` and stops there."
-    order = 100
-
-    def __init__(self, path=None, n_iter=None):
-        self.path = path
-        self.n_iter = n_iter
-
-    def on_batch_end(self):
-        if self.learn.training and self.learn.n_iter == self.n_iter:
-            save_checkpoint(self.learn, self.path)
-            raise CancelFitException()
-
-
 def build_learner(amp: bool, overflow_every: int, path=None, stop_at=None) -> Learner:
     "The same learner in every process: dropout, two optimizers (Adam on all, SGD on the head), the callbacks."
     set_seed(5)
     model = nn.Sequential(nn.Linear(64, 48), nn.ReLU(), nn.Dropout(0.2), nn.Linear(48, 10))
     engine = AMPEngine(torch.float16, device="cpu", init_scale=2.0**12) if amp else DeviceEngine("cpu")
-    cbs = [Alternate(), Overflow(overflow_every), SaveAndStop(path, stop_at)]
+    cbs = [Alternate(), Overflow(overflow_every), StopAt(stop_at, path)]
     learn = Learner(model, DataLoaders.from_tensors(*load_digits(), bs=32, seed=7), metrics=[Accuracy()],
                     cbs=cbs, engine=engine)
     learn.opts = {"body": torch.optim.Adam(model.parameters(), lr=1e-3),

@@ -2,16 +2,15 @@
 
 With --stop-at N it saves a checkpoint after training batch N and stops; with --resume it loads one first. At the
 end it saves its parameters, losses, skipped steps and loss scale to OUT (a plain torch.save of tensors and numbers)."""
-import argparse
-
 import torch
 from torch import nn
 
-from looplab.callback import Callback, CancelFitException
-from looplab.checkpoint import load_checkpoint, save_checkpoint
+from looplab.callback import Callback
 from looplab.data import DataLoaders, load_digits
 from looplab.fp16 import MixedPrecision
 from looplab.learner import Learner, set_seed
+
+from helpers import StopAt, find_cb, run_worker
 from looplab.metrics import Accuracy
 
 OVERFLOW_AT = 7  # the training batch whose gradients are made inf, so the scale halves once
@@ -22,20 +21,6 @@ class Overflow(Callback):
     def on_backward_end(self):
         if self.learn.training and self.learn.n_iter == OVERFLOW_AT:
             next(self.learn.model.parameters()).grad[0, 0] = float("inf")
-
-
-class StopAt(Callback):
-    "Saves a checkpoint to `path` after training batch `n_iter`, then stops the run."
-    order = 200
-
-    def __init__(self, n_iter, path):
-        self.n_iter = n_iter
-        self.path = path
-
-    def on_batch_end(self):
-        if self.learn.training and self.learn.n_iter == self.n_iter:
-            save_checkpoint(self.learn, self.path)
-            raise CancelFitException()
 
 
 def build_learner(stop_at=None, ckpt=None) -> Learner:
@@ -50,26 +35,14 @@ def build_learner(stop_at=None, ckpt=None) -> Learner:
     return learn
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("out")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--stop-at", type=int)
-    parser.add_argument("--ckpt")
-    parser.add_argument("--resume")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    learn = build_learner(args.stop_at, args.ckpt)
-    if args.resume:
-        load_checkpoint(learn, args.resume)
-    learn.fit(args.epochs)
-    mp = learn.cbs[[type(c) for c in learn.cbs].index(MixedPrecision)]
-    torch.save({"params": [p.detach().clone() for p in learn.model.state_dict().values()],
-                "losses": torch.tensor(learn.recorder.losses, dtype=torch.float64),
-                "valid": torch.tensor([r["valid_loss"] for r in learn.recorder.values], dtype=torch.float64),
-                "n_skipped": learn.recorder.n_skipped, "n_steps": learn.n_steps,
-                "scale": mp.scaler.state_dict()}, args.out)
+def results(learn) -> dict:
+    "Parameters, losses, skipped steps and the loss scale: what the tests compare."
+    mp = find_cb(learn, MixedPrecision)
+    return {"params": [p.detach().clone() for p in learn.model.state_dict().values()],
+            "losses": torch.tensor(learn.recorder.losses, dtype=torch.float64),
+            "valid": torch.tensor([r["valid_loss"] for r in learn.recorder.values], dtype=torch.float64),
+            "n_skipped": learn.recorder.n_skipped, "n_steps": learn.n_steps, "scale": mp.scaler.state_dict()}
 
 
 if __name__ == "__main__":
-    main()
+    run_worker(__doc__, build_learner, results)

@@ -3,31 +3,15 @@ GradScaler, two Adam optimizers, a FixedGANSwitcher(3, 2).
 
 With --stop-at N it saves a checkpoint after training batch N and stops; with --resume it loads one first. At the
 end it saves parameters, both loss histories, the switcher's counters and the scaler's state to OUT."""
-import argparse
-
 import torch
 from torch import nn
 
-from looplab.callback import Callback, CancelFitException
-from looplab.checkpoint import load_checkpoint, save_checkpoint
 from looplab.data import DataLoaders, make_rings
 from looplab.engine import AMPEngine
 from looplab.gan import FixedGANSwitcher, GANTrainer, gan_learner
 from looplab.learner import Learner, set_seed
 
-
-class StopAt(Callback):
-    "Saves a checkpoint to `path` after training batch `n_iter`, then stops the run."
-    order = 200
-
-    def __init__(self, n_iter, path):
-        self.n_iter = n_iter
-        self.path = path
-
-    def on_batch_end(self):
-        if self.learn.training and self.learn.n_iter == self.n_iter:
-            save_checkpoint(self.learn, self.path)
-            raise CancelFitException()
+from helpers import StopAt, find_cb, run_worker
 
 
 def mlp(n_in, n_out, hidden=64):
@@ -46,29 +30,17 @@ def build_learner(stop_at=None, ckpt=None) -> Learner:
     return learn
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("out")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--stop-at", type=int)
-    parser.add_argument("--ckpt")
-    parser.add_argument("--resume")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    learn = build_learner(args.stop_at, args.ckpt)
-    if args.resume:
-        load_checkpoint(learn, args.resume)
-    learn.fit(args.epochs)
-    trainer = learn.cbs[[type(c) for c in learn.cbs].index(GANTrainer)]
-    switcher = learn.cbs[[type(c) for c in learn.cbs].index(FixedGANSwitcher)]
-    torch.save({"params": [p.detach().clone() for p in learn.model.parameters()],
-                "opts": {name: [s["exp_avg"].clone() for s in opt.state.values()] for name, opt in learn.opts.items()},
-                "gen_losses": torch.tensor(trainer.gen_losses, dtype=torch.float64),
-                "crit_losses": torch.tensor(trainer.crit_losses, dtype=torch.float64),
-                "losses": torch.tensor(learn.recorder.losses, dtype=torch.float64),
-                "switcher": switcher.state_dict(), "scaler": learn.engine.scaler.state_dict(),
-                "n_skipped": learn.recorder.n_skipped, "gen_mode": learn.model.gen_mode}, args.out)
+def results(learn) -> dict:
+    "Parameters, both optimizers' moments, both losses, the switcher, the scaler: what the tests compare."
+    trainer = find_cb(learn, GANTrainer)
+    return {"params": [p.detach().clone() for p in learn.model.parameters()],
+            "opts": {name: [s["exp_avg"].clone() for s in opt.state.values()] for name, opt in learn.opts.items()},
+            "gen_losses": torch.tensor(trainer.gen_losses, dtype=torch.float64),
+            "crit_losses": torch.tensor(trainer.crit_losses, dtype=torch.float64),
+            "losses": torch.tensor(learn.recorder.losses, dtype=torch.float64),
+            "switcher": find_cb(learn, FixedGANSwitcher).state_dict(), "scaler": learn.engine.scaler.state_dict(),
+            "n_skipped": learn.recorder.n_skipped, "gen_mode": learn.model.gen_mode}
 
 
 if __name__ == "__main__":
-    main()
+    run_worker(__doc__, build_learner, results)

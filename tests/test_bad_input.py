@@ -1,7 +1,6 @@
 """Bad input across the public API: every case is refused with the right exception type and a message that names
 the argument (or the thing at fault) and what would be valid. One row per case; the ids read as a table."""
 import math
-import warnings
 
 import pytest
 import torch

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import dist_workers as w
-from looplab.checkpoint import CheckpointError
 from looplab.distributed import WorkerError, free_port, launch
 from looplab.engine import DeviceEngine
 

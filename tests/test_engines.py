@@ -1,7 +1,4 @@
 """The engines of notebook 13, method by method: in real gloo processes for DDP, in this process otherwise."""
-import os
-import warnings
-
 import pytest
 import torch
 from torch import nn

@@ -1,7 +1,6 @@
 """looplab.schedule: annealers, ParamScheduler on real steps, 1cycle and SGDR against torch's schedulers, the LR finder
 that puts everything back, and the LR-schedule plot (moved here with its tests from test_widgets.py)."""
 import copy
-import io
 import math
 
 import numpy as np
@@ -14,28 +13,11 @@ from torch import nn
 from looplab.callback import Callback, CallbackError, CancelStepException
 from looplab.checkpoint import learner_state, load_learner_state
 from looplab.data import DataLoaders
-from looplab.learner import Learner, set_seed
 from looplab.schedule import (LRPlot, ParamScheduler, Sched, anneal_cos, anneal_exp, anneal_linear, combine_scheds,
                               dry_run_scheduler, fit_flat_cos, fit_one_cycle, fit_sgdr, lr_find, one_cycle_scheds)
 from looplab.widgets import Throttle
 
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def make_dls(n=256, bs=16, valid=True, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 8, generator=g)
-    y = (x[:, 0] > 0).long()
-    batches = [(x[i:i + bs], y[i:i + bs]) for i in range(0, n, bs)]
-    return DataLoaders(batches, batches[:4] if valid else None)
-
-
-def make_learner(dls=None, opt_func=torch.optim.SGD, lr=0.1, **kwargs):
-    set_seed(0)
-    learn = Learner(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)), dls or make_dls(), lr=lr,
-                    opt_func=opt_func, **kwargs)
-    learn.progress.file = io.StringIO()
-    return learn
+from helpers import PNG, make_dls, make_learner
 
 
 def sgd_mom(params, lr):

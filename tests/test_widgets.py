@@ -18,28 +18,11 @@ from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, Se
 import looplab.widgets as widgets
 from looplab.callback import Callback, CallbackError
 from looplab.data import DataLoaders
-from looplab.learner import Learner, set_seed
 from looplab.metrics import Accuracy
 from looplab.widgets import (LivePlotWarning, LiveFigure, LossPlot, ProgressLine, SamplerPlot, Throttle, compare_runs,
                              in_notebook, served)
 
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def make_dls(n=256, bs=16, valid=True, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 8, generator=g)
-    y = (x[:, 0] > 0).long()
-    batches = [(x[i:i + bs], y[i:i + bs]) for i in range(0, n, bs)]
-    return DataLoaders(batches, batches[:4] if valid else None)
-
-
-def make_learner(dls=None, opt_func=torch.optim.SGD, lr=0.1, **kwargs):
-    set_seed(0)
-    learn = Learner(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)), dls or make_dls(), lr=lr,
-                    opt_func=opt_func, **kwargs)
-    learn.progress.file = io.StringIO()
-    return learn
+from helpers import PNG, make_dls, make_learner
 
 
 class Every(Callback):
