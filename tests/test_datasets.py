@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from looplab.callback import Callback, CallbackError, CancelFitException
+from looplab.callback import CallbackError
 from looplab.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from looplab.data import DataLoaders, SeededBatchSampler, StatefulLoader, collate_batch, load_digits
 from looplab.learner import Learner, set_seed
@@ -18,6 +18,7 @@ from looplab.samplers import make_epochwise_batch_sampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from datasets_worker import AugmentedDigits  # noqa: E402
+from resume_worker import StopAfter  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "datasets_worker.py"
 N_PER_EPOCH = 10  # 640 training digits in batches of 64
@@ -53,22 +54,6 @@ def test_resume_in_a_new_process_replays_every_augmentation(tmp_path, num_worker
     assert all(same_items), f"{label}: the augmented items of batches {same_items.index(False)}... differ"
     assert torch.equal(resumed["losses"], full["losses"]), f"{label}: batch losses differ"
     assert all(torch.equal(p, q) for p, q in zip(resumed["params"], full["params"])), f"{label}: parameters differ"
-
-
-class StopAfter(Callback):
-    order = 200
-
-    def __init__(self, n_iter=None, epoch=None):
-        self.n_iter = n_iter
-        self.epoch = epoch
-
-    def on_batch_end(self):
-        if self.learn.training and self.learn.n_iter == self.n_iter:
-            raise CancelFitException()
-
-    def on_epoch_end(self):
-        if self.learn.epoch == self.epoch:
-            raise CancelFitException()
 
 
 def plain_learner(cbs=()) -> Learner:
