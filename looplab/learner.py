@@ -26,8 +26,8 @@ from .metrics import MeanReducer, as_reducers
 
 # %% auto #0
 __all__ = ['TARGET_KEYS', 'set_seed', 'n_items', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'Recorder',
-           'ProgressCallback', 'default_split_batch', 'LearnerBase', 'BatchLoop', 'EpochLoop', 'PausableLoop',
-           'Learner']
+           'ProgressCallback', 'default_split_batch', 'LearnerBase', 'LearnerSetup', 'BatchLoop', 'EpochLoop',
+           'PausableLoop', 'Learner']
 
 # %% ../nbs/04_learner.ipynb #01a187c9
 def set_seed(seed: int) -> None:
@@ -71,16 +71,6 @@ class BatchRecorder(Callback):
         self._hyper = ((), ())
         self._epoch_total = 0.0  # weighted sum of this epoch's flushed batch losses
         self._epoch_count = 0  # and the number of items behind it
-
-    @property
-    def lrs(self) -> list[float]:
-        "The LR of parameter group 0 for every recorded training batch."
-        return [lrs[0] for lrs, _ in self.hypers]
-
-    @property
-    def moms(self) -> list[float]:
-        "The momentum (or Adam's β₁) of parameter group 0 for every recorded training batch; NaN if none."
-        return [moms[0] for _, moms in self.hypers]
 
     def on_step_end(self):
         groups = self.learn.opt.param_groups
@@ -182,9 +172,19 @@ class EpochRecorder(BatchRecorder):
     def on_train_end(self):
         self.flush()
 
-# %% ../nbs/04_learner.ipynb #08ba145d
+# %% ../nbs/04_learner.ipynb #da6efa21
 class Recorder(EpochRecorder):
     "Records every training batch's loss and hyper-parameters, and per epoch the losses, metrics and time."
+    @property
+    def lrs(self) -> list[float]:
+        "The LR of parameter group 0 for every recorded training batch."
+        return [lrs[0] for lrs, _ in self.hypers]
+
+    @property
+    def moms(self) -> list[float]:
+        "The momentum (or Adam's β₁) of parameter group 0 for every recorded training batch; NaN if none."
+        return [moms[0] for _, moms in self.hypers]
+
     def smooth_losses(self, beta: float = 0.98) -> list[float]:
         "Exponential moving average of the batch losses, debiased as in Adam (so the first values are not near 0)."
         self.flush()
@@ -315,23 +315,26 @@ def _as_engine(engine):
                         f"or a DDP engine of notebook 13), got {engine!r} of type {type(engine).__name__}")
     return engine
 
+def _check_learner_args(model, dls, **functions) -> None:
+    "A TypeError naming the first of the Learner's arguments that is not what it must be."
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not hasattr(dls, "train"):
+        raise TypeError(f"dls must have .train and .valid loaders (a looplab.data.DataLoaders), got {type(dls).__name__}")
+    for name, fn in functions.items():
+        if not callable(fn):
+            raise TypeError(f"{name} must be callable, got {fn!r} of type {type(fn).__name__}")
+
 # %% ../nbs/04_learner.ipynb #ae7a938a
 class LearnerBase:
     "The state a callback sees and changes: model, data, loss, optimizers, engine, counters, the current batch."
     def __init__(self, model: nn.Module, dls, loss_func: Callable = nn.functional.cross_entropy,
                  opt_func: Callable = torch.optim.SGD, lr: float = 0.1, cbs=None, metrics=None, engine=None,
                  split_batch: Callable = default_split_batch):
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        if not hasattr(dls, "train"):
-            raise TypeError(f"dls must have .train and .valid loaders (a looplab.data.DataLoaders), "
-                            f"got {type(dls).__name__}")
+        _check_learner_args(model, dls, loss_func=loss_func, opt_func=opt_func, split_batch=split_batch)
         self.model = model
         self.engine = _as_engine(engine)
         self.dls = self.engine.prepare_dls(dls)  # a DDP engine gives each rank its shard
-        for name, fn in (("loss_func", loss_func), ("opt_func", opt_func), ("split_batch", split_batch)):
-            if not callable(fn):
-                raise TypeError(f"{name} must be callable, got {fn!r} of type {type(fn).__name__}")
         self.loss_func = loss_func
         self.opt_func = opt_func
         self.split_batch = split_batch
@@ -373,6 +376,9 @@ class LearnerBase:
         "Detach callbacks."
         self.cbh.remove(*cbs)
 
+# %% ../nbs/04_learner.ipynb #c6b6dd5a
+class LearnerSetup(LearnerBase):
+    "The Learner's state, plus what `fit` prepares: optimizers, precision, the training order, a check of the data."
     @property
     def train_order(self):
         "What decides the order of training batches: the loader, or its (batch) sampler, if it has `set_epoch`."
@@ -392,17 +398,40 @@ class LearnerBase:
         self.opts = {"main": opt}
         self.opt = opt
 
-    def to_fp16(self) -> LearnerBase:
+    def to_fp16(self) -> LearnerSetup:
         "Train in mixed precision, float16 with loss scaling: `AMPEngine(torch.float16)` on this engine's device."
         self.engine = AMPEngine(torch.float16, device=self.engine.device)
         return self
 
-    def to_bf16(self) -> LearnerBase:
+    def to_bf16(self) -> LearnerSetup:
         "Train in mixed precision, bfloat16: `AMPEngine(torch.bfloat16)` on this engine's device."
         self.engine = AMPEngine(torch.bfloat16, device=self.engine.device)
         return self
 
-# %% ../nbs/04_learner.ipynb #1f72d782
+    def _prepare_opts(self, lr: float | None) -> None:
+        if not self.opts:
+            self.create_opt()
+        if self.opt is None:
+            self.opt = next(iter(self.opts.values()))
+        if lr is not None:
+            self.lr = _checked_lr(lr)
+            for opt in self.opts.values():  # every optimizer: a GAN's generator and critic alike
+                for group in opt.param_groups:
+                    group["lr"] = lr
+
+    def _check_train_data(self) -> None:
+        if self.dls.train is None:
+            raise ValueError("dls.train is None: a Learner needs a training loader to fit")
+        if isinstance(self.dls.train, Iterator):
+            raise TypeError(f"dls.train is an iterator ({type(self.dls.train).__name__}), which yields its batches "
+                            "once: every epoch after the first would be empty. Pass something that can be iterated "
+                            "again: a list of batches, a torch DataLoader, DataLoaders.from_tensors(...), or an "
+                            "object whose __iter__ returns a new generator each time")
+        if _length(self.dls.train) == 0 and getattr(self.train_order, "start_iter", 0) == 0:
+            raise ValueError("the training dataloader dls.train is empty (0 batches): check the dataset's length "
+                             "and that batch_size is not larger than the dataset with drop_last=True")
+
+# %% ../nbs/04_learner.ipynb #a6e92a39
 def _shape(x) -> str:
     "A short description of a batch element for error messages: its shape if it has one."
     if isinstance(x, torch.Tensor):
@@ -413,7 +442,7 @@ def _shape(x) -> str:
         return "{" + ", ".join(f"{k!r}: {_shape(v)}" for k, v in x.items()) + "}"
     return type(x).__name__
 
-# %% ../nbs/04_learner.ipynb #c7b1cad7
+# %% ../nbs/04_learner.ipynb #b954d9a6
 def _checked_call(learn, what: str, fn: Callable, x, *first):
     "`fn(*first, x)` (`x` spread) for the model or the loss function; an error names the batch and the shapes."
     try:
@@ -440,8 +469,8 @@ def _where(learn) -> str:
     "Which batch of which epoch, for error messages."
     return f"{'training' if learn.training else 'validation'} batch {learn.iter} of epoch {learn.epoch}"
 
-# %% ../nbs/04_learner.ipynb #350e3444
-class BatchLoop(LearnerBase):
+# %% ../nbs/04_learner.ipynb #924453ea
+class BatchLoop(LearnerSetup):
     "The Learner's state, plus one batch: forward, loss, backward, step, zero_grad, with their events."
     def _do_batch(self) -> None:
         try:
@@ -497,7 +526,7 @@ class BatchLoop(LearnerBase):
             if not isinstance(cancel, CancelZeroGradException):
                 raise  # a broader cancel: on to the enclosing phase
 
-# %% ../nbs/04_learner.ipynb #345ac5dc
+# %% ../nbs/04_learner.ipynb #9b85195d
 class EpochLoop(BatchLoop):
     "One batch, plus the epochs: set the data order, train on every batch, validate, with their events."
     def _do_epoch(self, first_iter: int, resume) -> None:
@@ -564,7 +593,7 @@ class EpochLoop(BatchLoop):
             if not isinstance(cancel, CancelValidateException):
                 raise  # a broader cancel: on to the enclosing phase
 
-# %% ../nbs/04_learner.ipynb #e0938f40
+# %% ../nbs/04_learner.ipynb #6a4744ee
 class PausableLoop(EpochLoop):
     "The epochs, plus where a run paused now would continue (`position`), and a way to continue there (`resume_at`)."
     def __init__(self, *args, **kwargs):
@@ -599,7 +628,7 @@ class PausableLoop(EpochLoop):
         self._idle_position = (epoch, batch)
         self._resume = (epoch, batch, restore)
 
-# %% ../nbs/04_learner.ipynb #245fba0a
+# %% ../nbs/04_learner.ipynb #4b834abb
 class Learner(PausableLoop):
     "A model, its data, loss function, optimizers and engine; `fit` trains them, calling the callbacks at every event."
     def fit(self, n_epochs: int, lr: float | None = None, cbs=None) -> None:
@@ -636,29 +665,6 @@ class Learner(PausableLoop):
             finally:
                 self.model = self.engine.deinit_components(self.model)
                 self.cbh.remove(*fit_cbs)
-
-    def _prepare_opts(self, lr: float | None) -> None:
-        if not self.opts:
-            self.create_opt()
-        if self.opt is None:
-            self.opt = next(iter(self.opts.values()))
-        if lr is not None:
-            self.lr = _checked_lr(lr)
-            for opt in self.opts.values():  # every optimizer: a GAN's generator and critic alike
-                for group in opt.param_groups:
-                    group["lr"] = lr
-
-    def _check_train_data(self) -> None:
-        if self.dls.train is None:
-            raise ValueError("dls.train is None: a Learner needs a training loader to fit")
-        if isinstance(self.dls.train, Iterator):
-            raise TypeError(f"dls.train is an iterator ({type(self.dls.train).__name__}), which yields its batches "
-                            "once: every epoch after the first would be empty. Pass something that can be iterated "
-                            "again: a list of batches, a torch DataLoader, DataLoaders.from_tensors(...), or an "
-                            "object whose __iter__ returns a new generator each time")
-        if _length(self.dls.train) == 0 and getattr(self.train_order, "start_iter", 0) == 0:
-            raise ValueError("the training dataloader dls.train is empty (0 batches): check the dataset's length "
-                             "and that batch_size is not larger than the dataset with drop_last=True")
 
     def validate(self, dl=None) -> dict:
         "Run one validation pass (on `dls.valid` or `dl`) with the callbacks; return the loss and metrics."
