@@ -205,9 +205,14 @@ def engine_checks(ckpt):
 def write_pid_then(pid_dir, action):
     "(e): write this process's PID to `pid_dir`, then fail on rank 1, or wait, or sleep."
     rank = dist.get_rank()
-    with open(os.path.join(pid_dir, f"{rank}.pid"), "w") as f:
+    tmp = os.path.join(pid_dir, f"{rank}.tmp")
+    with open(tmp, "w") as f:
         f.write(str(os.getpid()))
+    os.replace(tmp, os.path.join(pid_dir, f"{rank}.pid"))  # whole or absent, whenever this process is ended
     if action == "fail" and rank == 1:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(pid_dir, "0.pid")) and time.monotonic() < deadline:
+            time.sleep(0.01)  # so that the test knows both PIDs whichever rank was scheduled first
         raise KeyError("a bug on rank 1")
     if action == "fail":
         dist.barrier()  # waits for rank 1, which never comes: the launcher must end this process
