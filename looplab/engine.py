@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['available_devices', 'resolve_device', 'Engine', 'DeviceEngine', 'move_optimizer_state', 'check_autocast', 'AMPEngine']
+__all__ = ['available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'move_optimizer_state',
+           'check_autocast', 'AMPEngine']
 
 # %% ../nbs/04_engine.ipynb #eff92b36
 def available_devices() -> list[str]:
@@ -46,12 +47,11 @@ def resolve_device(device=None) -> torch.device:
         device = torch.device("cuda", torch.cuda.current_device())
     return device
 
-# %% ../nbs/04_engine.ipynb #b6c4a8e4
+# %% ../nbs/04_engine.ipynb #4afbcabf
 _TENSOR_METHODS = ("sync_device", "sync_tensor", "autocast", "backward_loss", "optimizer_step", "zero_grad")
 
-# %% ../nbs/04_engine.ipynb #eea17d31
-class Engine:
-    "Where and how the loop runs; subclasses implement the six methods that touch tensors."
+class EngineBase:
+    "Where and how the loop runs: processes, device, the model's wrapping; subclasses implement the six tensor methods."
     rank = 0  # this process among world_size, numbered as torch.distributed does
     world_size = 1
     is_master_process = True  # the one process that prints, draws and writes files
@@ -88,6 +88,9 @@ class Engine:
         "The user's model inside a `DataParallel` or `DistributedDataParallel` wrapper."
         return model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
 
+# %% ../nbs/04_engine.ipynb #b8443abe
+class Engine(EngineBase):
+    "The engine interface: `EngineBase` and the checkpoint packing every engine shares."
     def state_dict(self) -> dict:
         "The engine's own state, as plain data."
         return {}
