@@ -113,14 +113,6 @@ class BatchRecorder(Callback):
         self._pending = []
         self._pending_bs = []
 
-# %% ../nbs/04_learner.ipynb #6c68e0f8
-def _over_ranks(engine, reducer) -> float:
-    "The value of `reducer` over every process: each one's `per_slot_reduce`, gathered, then `cross_slot_reduce`."
-    if engine.world_size == 1:
-        return reducer.value()
-    mine = torch.tensor(reducer.per_slot_reduce(), dtype=torch.float64)  # counts up to 2**53 stay exact
-    return reducer.cross_slot_reduce([slot.tolist() for slot in engine.sync_tensor(mine, "all_gather")])
-
 # %% ../nbs/04_learner.ipynb #7fb64cc7
 class EpochRecorder(BatchRecorder):
     "A BatchRecorder that also writes one row per epoch: train and valid loss, metrics, time."
@@ -171,6 +163,14 @@ class EpochRecorder(BatchRecorder):
 
     def on_train_end(self):
         self.flush()
+
+# %% ../nbs/04_learner.ipynb #6c68e0f8
+def _over_ranks(engine, reducer) -> float:
+    "The value of `reducer` over every process: each one's `per_slot_reduce`, gathered, then `cross_slot_reduce`."
+    if engine.world_size == 1:
+        return reducer.value()
+    mine = torch.tensor(reducer.per_slot_reduce(), dtype=torch.float64)  # counts up to 2**53 stay exact
+    return reducer.cross_slot_reduce([slot.tolist() for slot in engine.sync_tensor(mine, "all_gather")])
 
 # %% ../nbs/04_learner.ipynb #da6efa21
 class Recorder(EpochRecorder):
@@ -302,29 +302,6 @@ def _length(dl) -> int | None:
     except TypeError:
         return None
 
-# %% ../nbs/04_learner.ipynb #52b9ed8f
-def _as_engine(engine):
-    "`engine` if it is an Engine, the default DeviceEngine for None; a TypeError otherwise."
-    if engine is None:
-        return DeviceEngine()
-    if isinstance(engine, type) and issubclass(engine, Engine):
-        raise TypeError(f"engine must be an engine instance, got the class {engine.__name__}: "
-                        f"pass {engine.__name__}() instead")
-    if not isinstance(engine, Engine):
-        raise TypeError(f"engine must be a looplab.engine.Engine (DeviceEngine(), AMPEngine(torch.bfloat16), "
-                        f"or a DDP engine of notebook 13), got {engine!r} of type {type(engine).__name__}")
-    return engine
-
-def _check_learner_args(model, dls, **functions) -> None:
-    "A TypeError naming the first of the Learner's arguments that is not what it must be."
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not hasattr(dls, "train"):
-        raise TypeError(f"dls must have .train and .valid loaders (a looplab.data.DataLoaders), got {type(dls).__name__}")
-    for name, fn in functions.items():
-        if not callable(fn):
-            raise TypeError(f"{name} must be callable, got {fn!r} of type {type(fn).__name__}")
-
 # %% ../nbs/04_learner.ipynb #ae7a938a
 class LearnerBase:
     "The state a callback sees and changes: model, data, loss, optimizers, engine, counters, the current batch."
@@ -375,6 +352,29 @@ class LearnerBase:
     def remove_cbs(self, *cbs: Callback) -> None:
         "Detach callbacks."
         self.cbh.remove(*cbs)
+
+# %% ../nbs/04_learner.ipynb #52b9ed8f
+def _as_engine(engine):
+    "`engine` if it is an Engine, the default DeviceEngine for None; a TypeError otherwise."
+    if engine is None:
+        return DeviceEngine()
+    if isinstance(engine, type) and issubclass(engine, Engine):
+        raise TypeError(f"engine must be an engine instance, got the class {engine.__name__}: "
+                        f"pass {engine.__name__}() instead")
+    if not isinstance(engine, Engine):
+        raise TypeError(f"engine must be a looplab.engine.Engine (DeviceEngine(), AMPEngine(torch.bfloat16), "
+                        f"or a DDP engine of notebook 13), got {engine!r} of type {type(engine).__name__}")
+    return engine
+
+def _check_learner_args(model, dls, **functions) -> None:
+    "A TypeError naming the first of the Learner's arguments that is not what it must be."
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not hasattr(dls, "train"):
+        raise TypeError(f"dls must have .train and .valid loaders (a looplab.data.DataLoaders), got {type(dls).__name__}")
+    for name, fn in functions.items():
+        if not callable(fn):
+            raise TypeError(f"{name} must be callable, got {fn!r} of type {type(fn).__name__}")
 
 # %% ../nbs/04_learner.ipynb #c6b6dd5a
 class LearnerSetup(LearnerBase):
