@@ -48,12 +48,11 @@ EVENTS = ("on_train_begin", "on_epoch_begin",
           "on_validate_begin", "on_validate_end", "on_validate_cancel",
           "on_epoch_end", "on_epoch_cancel", "on_train_end")
 
-# %% ../nbs/02_callbacks.ipynb #82faf54d
+# %% ../nbs/02_callbacks.ipynb #f1519a55
 def _snake(name: str) -> str:
     "`CamelCase` → `camel_case`."
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
-# %% ../nbs/02_callbacks.ipynb #2be7d8f1
 class Callback:
     "Base class of callbacks: define any of `EVENTS` as a method taking no argument; reach the loop via `self.learn`."
     order: int = 0  # lower runs first within an event

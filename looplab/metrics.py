@@ -73,7 +73,7 @@ class MeanReducer(MetricReducer):
             raise ValueError(f"{self.name}: no items were seen in any slot, so there is no mean to report")
         return total / count
 
-# %% ../nbs/03_metrics.ipynb #64f4690d
+# %% ../nbs/03_metrics.ipynb #808cc6bc
 class FunctionReducer(MeanReducer):
     "A batch-mean function `fn(preds, yb)` made exact by weighting each batch by its size."
     def __init__(self, fn: Callable, name: str | None = None):
@@ -85,7 +85,6 @@ class FunctionReducer(MeanReducer):
     def update(self, preds: torch.Tensor, yb: torch.Tensor) -> None:
         self.add(self.fn(preds, yb), len(yb))
 
-# %% ../nbs/03_metrics.ipynb #225a0464
 def wrap_reducer(fn: Callable, name: str | None = None) -> FunctionReducer:
     "Make the batch-mean metric `fn(preds, yb)` an exact `MetricReducer` named `name` (default: `fn.__name__`)."
     return FunctionReducer(fn, name)
