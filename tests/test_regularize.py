@@ -231,20 +231,22 @@ def test_monitors_must_be_recorded(make):
     assert "'valid_loss'" in message and "'accuracy'" in message and "'train_loss'" in message
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda: EarlyStopping(patience=-1), ["patience", ">= 0", "-1"]),
-    (lambda: EarlyStopping(patience=1.5), ["patience", "1.5"]),
-    (lambda: EarlyStopping(mode="down"), ["mode", "'min'", "'max'"]),
-    (lambda: SaveBestModel(min_delta=-1), ["min_delta", ">= 0"]),
-    (lambda: SWA(start_epoch=-2), ["start_epoch", ">= 0"]),
-    (lambda: GradientAccumulation(0), ["n_batches", ">= 1", "0"]),
-    (lambda: GradientAccumulation(2.0), ["n_batches", "an int"]),
-    (lambda: GradientClipping(max_norm=0), ["max_norm", "> 0"]),
-    (lambda: TerminateOnNaN(0), ["check_every"]),
-    (lambda: RNNRegularizer(beta=-1), ["beta", ">= 0"]),
+@pytest.mark.parametrize("make, error, words", [
+    (lambda: EarlyStopping(patience=-1), ValueError, ["patience", ">= 0", "-1"]),
+    (lambda: EarlyStopping(patience=1.5), TypeError, ["patience", "1.5"]),
+    (lambda: EarlyStopping(mode="down"), ValueError, ["mode", "'min'", "'max'"]),
+    (lambda: SaveBestModel(min_delta=-1), ValueError, ["min_delta", ">= 0"]),
+    (lambda: SWA(start_epoch=-2), ValueError, ["start_epoch", ">= 0"]),
+    (lambda: GradientAccumulation(0), ValueError, ["n_batches", ">= 1", "0"]),
+    (lambda: GradientAccumulation(2.0), TypeError, ["n_batches", "an int"]),
+    (lambda: GradientClipping(max_norm=0), ValueError, ["max_norm", "> 0"]),
+    (lambda: GradientClipping(max_norm=float("nan")), ValueError, ["max_norm", "finite"]),
+    (lambda: TerminateOnNaN(0), ValueError, ["check_every"]),
+    (lambda: RNNRegularizer(beta=-1), ValueError, ["beta", ">= 0"]),
 ])
-def test_bad_arguments(make, words):
-    with pytest.raises(ValueError) as info:
+def test_bad_arguments(make, error, words):
+    "A wrong type is a TypeError, a value out of range a ValueError; both name the argument and what is valid."
+    with pytest.raises(error) as info:
         make()
     for word in words:
         assert word in str(info.value)
