@@ -55,7 +55,7 @@ class EpochOrder:
         return self.n // self.bs if self.drop_last else math.ceil(self.n / self.bs)
 
     def order(self) -> torch.Tensor:
-        "The permutation of `range(n)` for `self.epoch` (the identity when not shuffling): the one method to override."
+        "The permutation of `range(n)` for `self.epoch` (identity if not shuffling); a subclass overrides this alone."
         if not self.shuffle:
             return torch.arange(self.n)
         return shuffled_order(self.n, self.seed, self.epoch)
