@@ -35,7 +35,7 @@ def shuffled_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     key = int(np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0] >> 1)
     return torch.randperm(n, generator=torch.Generator().manual_seed(key))
 
-# %% ../nbs/01_bare_loop.ipynb #8197113c
+# %% ../nbs/01_bare_loop.ipynb #9b07688b
 class EpochOrder:
     "`range(n)` in batches of `bs`, permuted by a pure function of (seed, epoch); and where the next pass starts."
     def __init__(self, n: int, bs: int, seed: int = 0, shuffle: bool = True, drop_last: bool = False):
@@ -80,8 +80,8 @@ class EpochOrder:
         mine = self.state_dict()
         for key in ("type", "n", "bs", "seed", "shuffle", "drop_last"):
             if state.get(key) != mine[key]:
-                raise ValueError(f"cannot load a state with {key}={state.get(key)!r} into a sampler with "
-                                 f"{key}={mine[key]!r}: it would silently give a different order")
+                raise ValueError(f"cannot load an EpochBatchSampler state with {key}={state.get(key)!r} into a "
+                                 f"sampler with {key}={mine[key]!r}: it would silently give a different order")
         self.set_epoch(state["epoch"])
         self.set_start_iter(state["start_iter"])
 
