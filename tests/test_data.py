@@ -1,10 +1,11 @@
 "EpochBatchSampler: every epoch is a permutation split into batches, a pure function of (seed, epoch), resumable."
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looplab.data import DataLoaders, EpochBatchSampler, load_digits, make_rings
+from looplab.data import DataLoaders, EpochBatchSampler, EpochOrder, load_digits, make_rings
 
 sizes = st.integers(min_value=1, max_value=300)
 
@@ -58,14 +59,24 @@ def test_shuffle_does_not_touch_global_rng():
 
 
 @pytest.mark.parametrize("kwargs, exc, fragment", [
-    (dict(n=0, bs=1), ValueError, "empty"),
-    (dict(n=5, bs=0), ValueError, "bs must be >= 1"),
+    (dict(n=0, bs=1), ValueError, "n must be an int >= 1, got 0"),
+    (dict(n=5, bs=0), ValueError, "bs must be an int >= 1, got 0"),
     (dict(n=5, bs=2, seed="1"), TypeError, "seed must be an int"),
     (dict(n=5.0, bs=2), TypeError, "n must be an int"),
+    (dict(n=5, bs=True), TypeError, "bs must be an int, got True of type bool"),
 ])
 def test_bad_arguments(kwargs, exc, fragment):
     with pytest.raises(exc, match=fragment):
         EpochBatchSampler(**kwargs)
+
+
+def test_numpy_integers_are_accepted_as_plain_ints():
+    s = EpochBatchSampler(np.int64(10), np.int32(4), seed=np.uint8(1))
+    assert (type(s.n), type(s.bs), type(s.seed)) == (int, int, int)
+    assert list(s) == list(EpochBatchSampler(10, 4, seed=1))
+    s.set_epoch(np.int64(0))
+    s.set_start_iter(np.int64(2))
+    assert type(s.state_dict()["start_iter"]) is int and len(s) == 1
 
 
 def test_state_of_another_order_is_refused():
@@ -76,6 +87,10 @@ def test_state_of_another_order_is_refused():
             other.load_state_dict(state)
     with pytest.raises(ValueError, match="epoch must be an int >= 0, got -1"):
         EpochBatchSampler(10, 2).set_epoch(-1)
+    with pytest.raises(TypeError, match="epoch must be an int"):
+        EpochBatchSampler(10, 2).set_epoch(1.0)  # a TypeError since check_int (it was a ValueError)
+    with pytest.raises(ValueError, match=r"start_iter must be an int in \[0, 5\], got 6"):
+        EpochBatchSampler(10, 2).set_start_iter(6)
 
 
 def test_dataloaders_from_tensors_and_bad_input():
@@ -133,3 +148,44 @@ def test_a_plain_dataloader_loop_sees_a_new_order_each_epoch():
     dls = DataLoaders.from_tensors(*make_rings(200), bs=50, valid_pct=0.0, seed=3)
     orders = [torch.cat([yb for _, yb in dls.train]) for _ in range(3)]
     assert not torch.equal(orders[0], orders[1]) and not torch.equal(orders[1], orders[2])
+
+
+# ---- order() is the one override point ------------------------------------------------------------------
+
+class Interleaved(EpochBatchSampler):
+    "Another permutation for `self.epoch` (evens then odds, rotated by the epoch); everything else inherited."
+    def order(self):
+        base = torch.cat([torch.arange(0, self.n, 2), torch.arange(1, self.n, 2)])
+        return base.roll(self.epoch % self.n)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=sizes, bs=st.integers(1, 32), epoch=st.integers(0, 50), data=st.data())
+def test_a_subclass_overriding_order_inherits_passes_resume_and_state(n, bs, epoch, data):
+    def batches_of(e):
+        told = Interleaved(n, bs)
+        told.set_epoch(e)
+        return [b.tolist() for b in told.order().split(bs)]
+
+    s = Interleaved(n, bs)
+    s.set_epoch(epoch)
+    whole = list(s)
+    assert whole == batches_of(epoch) and sorted(i for b in whole for i in b) == list(range(n))
+    assert list(s) == batches_of(epoch + 1), "each pass is the next epoch, in the subclass's order"
+    k = data.draw(st.integers(0, len(whole)))
+    s.set_epoch(epoch)
+    s.set_start_iter(k)
+    resumed = Interleaved(n, bs)
+    resumed.load_state_dict(s.state_dict())
+    assert list(resumed) == whole[k:]
+    with pytest.raises(ValueError, match="type="):
+        EpochBatchSampler(n, bs).load_state_dict(s.state_dict())
+
+
+def test_epoch_order_alone_is_the_order_and_the_position():
+    o = EpochOrder(10, 4, seed=3)
+    o.set_epoch(5)
+    o.set_start_iter(1)
+    s = EpochBatchSampler(10, 4, seed=3)
+    s.load_state_dict({**o.state_dict(), "type": "EpochBatchSampler"})
+    assert torch.equal(s.order(), o.order()) and list(s) == [b.tolist() for b in o.order().split(4)][1:]
