@@ -25,11 +25,9 @@ __all__ = ['LayerProtocol', 'SamplerLayer', 'ShuffledOrder', 'ReproducibleShuffl
 _MASK64 = (1 << 64) - 1  # seeds and epochs are 64-bit
 _CHUNK = 16384  # the most positions computed at once: a chunk and its temporaries stay in the processor's cache
 
-# %% ../nbs/11_samplers.ipynb #6466a079
+# %% ../nbs/11_samplers.ipynb #41401483
 class LayerProtocol(Sampler):
     "What each layer of a sampler chain must say about itself; `SamplerLayer` builds torch's face from it."
-    # `epoch` below is None (the layer's own epoch), an int, or an array with one epoch per position (which an
-    # enclosing repeat gives when a chunk of positions spans the end of one epoch and the start of the next).
     _batches = False  # True for a layer that yields lists of indices
 
     def _length(self) -> int:
@@ -445,9 +443,11 @@ class ReproducibleShuffleBatchSampler(ReproducibleShuffleSampler):
     def __init__(self, batch_sampler, seed: int, permutation=ShuffledOrder):
         super().__init__(batch_sampler, seed, permutation)
 
-# %% ../nbs/11_samplers.ipynb #4a6b14cb
+# %% ../nbs/11_samplers.ipynb #6febcc6d
 class RepeatSampler(SamplerLayer):
     "Pass after pass of `sampler`, forever; pass k is the inner sampler's epoch k, and `len()` is one pass."
+    infinite = True
+
     def __init__(self, sampler):
         inner = _as_layer(sampler, self._batches, type(self).__name__)
         if inner.infinite:
@@ -461,10 +461,6 @@ class RepeatSampler(SamplerLayer):
         self._start_layer()
 
     @property
-    def infinite(self) -> bool:
-        return True
-
-    @property
     def epoch(self) -> int:
         "The epoch of the next element."
         return (self._anchor + self._handed) // self._n
@@ -473,12 +469,8 @@ class RepeatSampler(SamplerLayer):
         return self._n
 
     def _map(self, indices: np.ndarray, epoch) -> tuple:
-        positions = self._anchor + indices
-        epochs = positions // self._n
-        offsets = positions - epochs * self._n
-        if epochs.min() == epochs.max():
-            return offsets, int(epochs[0])
-        return offsets, epochs
+        epochs, offsets = np.divmod(self._anchor + indices, self._n)
+        return offsets, (int(epochs[0]) if epochs.min() == epochs.max() else epochs)  # one epoch per position
 
     def _iterate(self, start: int, epoch):
         epoch, offset = divmod(self._anchor + start, self._n)
@@ -614,7 +606,14 @@ class DistributedBatchSampler(DistributedSampler):
                  num_workers: int | None = None):
         super().__init__(batch_sampler, num_replicas, rank, num_workers=num_workers)
 
-# %% ../nbs/11_samplers.ipynb #daba09d8
+# %% ../nbs/11_samplers.ipynb #b4cb8803
+def _check_bool(name: str, value) -> bool:
+    "`value` if it is a bool; a TypeError naming `name` otherwise (1 and 'yes' are surely mistakes)."
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {value!r} of type {type(value).__name__}")
+    return value
+
+# %% ../nbs/11_samplers.ipynb #22955d0c
 class SeekableBatchSampler(_ScaledLayer):
     "torch's BatchSampler (lists of `batch_size` indices) that can jump to any batch and save its state."
     _batches = True
@@ -622,9 +621,7 @@ class SeekableBatchSampler(_ScaledLayer):
 
     def __init__(self, sampler, batch_size: int, drop_last: bool = False):
         self.batch_size = check_int("batch_size", batch_size, 1)
-        if not isinstance(drop_last, bool):
-            raise TypeError(f"drop_last must be a bool, got {drop_last!r}")
-        self.drop_last = drop_last
+        self.drop_last = _check_bool("drop_last", drop_last)
         self._inner = _as_layer(sampler, False, type(self).__name__)
         self._start_layer()
 
@@ -835,9 +832,13 @@ def _replicas_and_rank(num_replicas: int | None, rank: int | None) -> tuple[int,
         rank = torch.distributed.get_rank() if running else 0
     return num_replicas, check_int(f"rank (of num_replicas={num_replicas})", rank, 0, num_replicas - 1)
 
-# %% ../nbs/11_samplers.ipynb #3f82fa62
+# %% ../nbs/11_samplers.ipynb #c37c021e
 class StatefulDistributedSampler(_EpochLayer):
     "VISSL's sampler: each rank shuffles its own contiguous part of the dataset, and can resume at any batch."
+    seekable = True  # the bottom of its own chain: plain attributes instead of LayerProtocol's properties
+    infinite = False
+    _width = 1
+
     def __init__(self, dataset, batch_size: int, seed: int = 0, num_replicas: int | None = None,
                  rank: int | None = None, drop_last: bool = False, shuffle: bool = True, permutation=ShuffledOrder):
         if not hasattr(dataset, "__len__"):
@@ -848,11 +849,8 @@ class StatefulDistributedSampler(_EpochLayer):
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.seed = check_int("seed", seed, 0, _MASK64)
         self.num_replicas, self.rank = _replicas_and_rank(num_replicas, rank)
-        for name, value in (("drop_last", drop_last), ("shuffle", shuffle)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be a bool, got {value!r}")
-        self.drop_last = drop_last
-        self.shuffle = shuffle
+        self.drop_last = _check_bool("drop_last", drop_last)
+        self.shuffle = _check_bool("shuffle", shuffle)
         self.num_samples = self._n // self.num_replicas if drop_last else -(-self._n // self.num_replicas)
         if self.num_samples == 0:
             raise ValueError(f"drop_last=True with {self._n} items over {self.num_replicas} replicas leaves every "
@@ -862,10 +860,6 @@ class StatefulDistributedSampler(_EpochLayer):
         self.epoch = 0
         self._anchor = 0  # position in this rank's epoch of the next pass's first item
         self._start_layer()
-
-    seekable = True  # the layer at the bottom of its own chain: plain attributes instead of LayerProtocol's
-    infinite = False
-    _width = 1
 
     def set_start_iter(self, start_iter: int) -> None:
         "Start the next pass after the first `start_iter` batches of `batch_size` of this rank's current epoch."
@@ -888,16 +882,17 @@ class StatefulDistributedSampler(_EpochLayer):
             positions = self._orders.take(positions, self.epoch if epoch is None else epoch)
         return (self.rank * self.num_samples + positions) % self._n  # the padding past the end: the first items
 
+    def _config(self) -> dict:
+        "What a state must share with this sampler to be loaded: what decides the order."
+        return {"seed": self.seed, "permutation": self._orders.name, "length": self._n,
+                "num_replicas": self.num_replicas, "drop_last": int(self.drop_last), "shuffle": int(self.shuffle)}
+
     def _state(self, handed: int, epoch) -> dict:
-        return {"type": type(self).__name__, "seed": self.seed, "permutation": self._orders.name,
-                "epoch": self.epoch if epoch is None else epoch,
-                "length": self._n, "num_replicas": self.num_replicas, "drop_last": int(self.drop_last),
-                "shuffle": int(self.shuffle), "position": self._anchor + handed}
+        return {"type": type(self).__name__, **self._config(), "epoch": self.epoch if epoch is None else epoch,
+                "position": self._anchor + handed}
 
     def _load(self, state: dict) -> None:
-        _check_state(state, type(self).__name__, ("epoch", "position"), seed=self.seed,
-                     permutation=self._orders.name, length=self._n,
-                     num_replicas=self.num_replicas, drop_last=int(self.drop_last), shuffle=int(self.shuffle))
+        _check_state(state, type(self).__name__, ("epoch", "position"), **self._config())
         epoch = check_int("state['epoch']", state["epoch"], 0, _MASK64)
         self._anchor = check_int("state['position']", state["position"], 0, self.num_samples)
         self.epoch = epoch

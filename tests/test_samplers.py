@@ -842,3 +842,20 @@ def test_num_workers_is_determineds_name_for_num_replicas():
     assert take(chain, 3) == take(make_batch_sampler(range(10), "training", 0, num_replicas=2, rank=1, batch_size=3), 3)
     epochwise = make_epochwise_batch_sampler(range(10), 0, num_workers=2, rank=1, batch_size=3)
     assert list(epochwise) == list(make_epochwise_batch_sampler(range(10), 0, 2, 1, 3))
+
+
+@FAST
+@given(n=st.integers(1, 30), bs=st.integers(1, 7), seed=seeds, shuffle=st.booleans(), drop_last=st.booleans(),
+       epoch=st.integers(0, 50), data=st.data())
+def test_one_rank_epochwise_chain_is_notebook_01s_epoch_batch_sampler(n, bs, seed, shuffle, drop_last, epoch, data):
+    if drop_last and bs > n:
+        return  # EpochBatchSampler refuses an epoch with no batch
+    notebook_01 = EpochBatchSampler(n, bs, seed % 2**63, shuffle, drop_last)
+    chain = make_epochwise_batch_sampler(range(n), seed % 2**63 if shuffle else None, 1, 0, bs, drop_last)
+    assert [list(notebook_01) for _ in range(3)] == [list(chain) for _ in range(3)], "each pass the next epoch"
+    start_iter = data.draw(st.integers(0, notebook_01.n_batches))
+    for sampler in (notebook_01, chain):
+        sampler.set_epoch(epoch)
+        sampler.set_start_iter(start_iter)
+    assert len(notebook_01) == len(chain)
+    assert list(notebook_01) == list(chain) and list(notebook_01) == list(chain)
