@@ -821,7 +821,7 @@ def make_epochwise_batch_sampler(sampler_or_dataset, shuffle_seed: int | None, n
     sampler = DistributedSampler(sampler, num_replicas, rank, num_workers=num_workers)
     return EpochwiseBatchSampler(SeekableBatchSampler(sampler, batch_size, drop_last))
 
-# %% ../nbs/11_samplers.ipynb #be1aba48
+# %% ../nbs/11_samplers.ipynb #d26a347e
 def _replicas_and_rank(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
     "`num_replicas` and `rank`, checked; where None, the running process group's world size and rank (or 1 and 0)."
     running = torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -832,7 +832,21 @@ def _replicas_and_rank(num_replicas: int | None, rank: int | None) -> tuple[int,
         rank = torch.distributed.get_rank() if running else 0
     return num_replicas, check_int(f"rank (of num_replicas={num_replicas})", rank, 0, num_replicas - 1)
 
-# %% ../nbs/11_samplers.ipynb #c37c021e
+
+def _part_size(dataset, num_replicas: int, drop_last: bool) -> tuple[int, int]:
+    "The dataset's length, and the size of each rank's part: N/W rounded up (padded), or down (`drop_last`)."
+    if not hasattr(dataset, "__len__"):
+        raise TypeError(f"dataset must have a len(), got {type(dataset).__name__}")
+    n = len(dataset)
+    if n == 0:
+        raise ValueError("StatefulDistributedSampler got an empty dataset: there is nothing to sample")
+    part = n // num_replicas if drop_last else -(-n // num_replicas)
+    if part == 0:
+        raise ValueError(f"drop_last=True with {n} items over {num_replicas} replicas leaves every rank with "
+                         f"nothing: use drop_last=False")
+    return n, part
+
+# %% ../nbs/11_samplers.ipynb #270a37c0
 class StatefulDistributedSampler(_EpochLayer):
     "VISSL's sampler: each rank shuffles its own contiguous part of the dataset, and can resume at any batch."
     seekable = True  # the bottom of its own chain: plain attributes instead of LayerProtocol's properties
@@ -841,20 +855,12 @@ class StatefulDistributedSampler(_EpochLayer):
 
     def __init__(self, dataset, batch_size: int, seed: int = 0, num_replicas: int | None = None,
                  rank: int | None = None, drop_last: bool = False, shuffle: bool = True, permutation=ShuffledOrder):
-        if not hasattr(dataset, "__len__"):
-            raise TypeError(f"dataset must have a len(), got {type(dataset).__name__}")
-        self._n = len(dataset)
-        if self._n == 0:
-            raise ValueError("StatefulDistributedSampler got an empty dataset: there is nothing to sample")
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.seed = check_int("seed", seed, 0, _MASK64)
         self.num_replicas, self.rank = _replicas_and_rank(num_replicas, rank)
         self.drop_last = _check_bool("drop_last", drop_last)
         self.shuffle = _check_bool("shuffle", shuffle)
-        self.num_samples = self._n // self.num_replicas if drop_last else -(-self._n // self.num_replicas)
-        if self.num_samples == 0:
-            raise ValueError(f"drop_last=True with {self._n} items over {self.num_replicas} replicas leaves every "
-                             f"rank with nothing: use drop_last=False")
+        self._n, self.num_samples = _part_size(dataset, self.num_replicas, drop_last)
         self.total_size = self.num_samples * self.num_replicas
         self._orders = _Orders(permutation, self.num_samples, self.seed)
         self.epoch = 0
