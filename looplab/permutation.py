@@ -113,7 +113,7 @@ def _permute(positions: np.ndarray, n: int, keys: list[int], inverse: bool = Fal
         walking = walking[moved >= np.uint64(n)]
     return y.astype(np.int64)
 
-# %% ../nbs/11b_permutation.ipynb #a12f2518
+# %% ../nbs/11b_permutation.ipynb #5f8aee04
 class FeistelPermutation:
     "A keyed bijection of [0, n): the item at any position is computed in O(1) time and memory, never stored."
     def __init__(self, n: int, seed: int, epoch: int = 0):
@@ -128,19 +128,18 @@ class FeistelPermutation:
 
     def __getitem__(self, position: int) -> int:
         "The item at `position`."
-        position = self._check_index("position", position)
-        item = _feistel(position, self._bits, self._keys)
-        while item >= self.n:
-            item = _feistel(item, self._bits, self._keys)
-        return item
+        return self._walk(self._check_index("position", position), _feistel)
 
     def inverse(self, item: int) -> int:
         "The position of `item`."
-        item = self._check_index("item", item)
-        position = _feistel_inverse(item, self._bits, self._keys)
-        while position >= self.n:
-            position = _feistel_inverse(position, self._bits, self._keys)
-        return position
+        return self._walk(self._check_index("item", item), _feistel_inverse)
+
+    def _walk(self, x: int, step) -> int:
+        "Apply `step` (the network or its inverse) until the result lands inside [0, n): the cycle-walk."
+        x = step(x, self._bits, self._keys)
+        while x >= self.n:
+            x = step(x, self._bits, self._keys)
+        return x
 
     def take(self, positions) -> np.ndarray:
         "The items at an array of positions (vectorised)."
