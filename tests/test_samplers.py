@@ -1,5 +1,6 @@
-"""Property tests for looplab.samplers: the permutation is a bijection, every wrapper gives the order its
-naive definition gives, and a state taken at any point resumes to the run that never stopped."""
+"""Property tests for looplab.samplers and looplab.permutation: the Feistel permutation is a bijection, every
+wrapper gives the order its naive definition gives (with the default order and with the Feistel one), and a
+state taken at any point resumes to the run that never stopped."""
 import itertools
 import json
 import pickle
@@ -513,7 +514,7 @@ def test_stateful_distributed_sampler_errors():
 
 # ---- Determined's sampler tests, as a Determined user runs them -----------------------------------------
 # Our own tests of the behaviour Determined's suite checks for determined.pytorch.samplers; only the exact orders
-# differ (Determined pins numpy RandomState shuffles, ours is the Feistel permutation).
+# differ (Determined pins numpy RandomState shuffles, ours is notebook 01's shuffled_order by default).
 
 def test_determined_skip_sampler_reports_the_underlying_length():
     skip_sampler = SkipSampler(SequentialSampler(range(15)), 2)
