@@ -1,5 +1,8 @@
 """How the looplab shuffle scales: memory, time to the first index, seek time and throughput at N = 1e8 and 1e9.
 
+The shuffle is given notebook 11b's never-stored `FeistelPermutation` (`permutation=FeistelPermutation`): the
+default order, notebook 01's `shuffled_order` held as an array, is `torch.randperm` — the row it is compared with.
+
 Beside it, in the same run: `torch.randperm(N)` at N = 1e8 (1e9 extrapolated by bytes: it stores N int64s), and
 the cost of resuming by iterating through k skipped items, as a sampler that cannot seek must. Every case runs
 in its own process, so that its peak memory (the kernel's ru_maxrss) is its own; "extra" is the peak minus the
@@ -46,12 +49,13 @@ def rate(step, per_step: int, seconds: float = 1.5) -> float:
 def case_looplab(n: int) -> dict:
     import numpy as np
     import torch
-    from looplab.samplers import FeistelPermutation, ReproducibleShuffleSampler, SkipSampler, make_batch_sampler
+    from looplab.permutation import FeistelPermutation
+    from looplab.samplers import ReproducibleShuffleSampler, SkipSampler, make_batch_sampler
     torch.set_num_threads(1)
-    list(itertools.islice(ReproducibleShuffleSampler(range(1000), 0), 500))  # libraries loaded and warm
+    list(itertools.islice(ReproducibleShuffleSampler(range(1000), 0, FeistelPermutation), 500))  # loaded and warm
     base = peak_mb()
     start = time.perf_counter()
-    sampler = ReproducibleShuffleSampler(range(n), seed=0)
+    sampler = ReproducibleShuffleSampler(range(n), seed=0, permutation=FeistelPermutation)
     first = next(iter(sampler))
     first_index = time.perf_counter() - start
     seek = {name: timed(lambda: next(iter(SkipSampler(sampler, position))), repeats=50)
@@ -63,7 +67,8 @@ def case_looplab(n: int) -> dict:
     vectorised = rate(lambda: perm.take(np.arange(start := next(starts), start + chunk)), chunk)
     items = iter(SkipSampler(sampler, n // 3))
     iterated = rate(lambda: sum(1 for _ in itertools.islice(items, 100_000)), 100_000)
-    batches = iter(make_batch_sampler(range(n), "training", 0, num_workers=8, rank=3, batch_size=256, skip=10**6))
+    batches = iter(make_batch_sampler(range(n), "training", 0, num_replicas=8, rank=3, batch_size=256, skip=10**6,
+                                      permutation=FeistelPermutation))
     chained = rate(lambda: sum(1 for _ in itertools.islice(batches, 400)), 400 * 256)
     return {"first": first, "extra_mb": peak_mb() - base, "first_index_s": first_index, "seek_s": seek,
             "vectorised": vectorised, "iterated": iterated, "chained": chained}
@@ -82,9 +87,10 @@ def case_randperm(n: int) -> dict:
 
 def case_iterate(n: int, k: int) -> dict:
     import torch
+    from looplab.permutation import FeistelPermutation
     from looplab.samplers import ReproducibleShuffleSampler
     torch.set_num_threads(1)
-    sampler = ReproducibleShuffleSampler(range(n), seed=0)
+    sampler = ReproducibleShuffleSampler(range(n), seed=0, permutation=FeistelPermutation)
     start = time.perf_counter()
     items = iter(sampler)
     for _ in range(k):  # what a skip does when the chain below cannot seek

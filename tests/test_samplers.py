@@ -1,5 +1,6 @@
-"""Property tests for looplab.samplers: the permutation is a bijection, every wrapper gives the order its
-naive definition gives, and a state taken at any point resumes to the run that never stopped."""
+"""Property tests for looplab.samplers and looplab.permutation: the Feistel permutation is a bijection, every
+wrapper gives the order its naive definition gives (with the default order and with the Feistel one), and a
+state taken at any point resumes to the run that never stopped."""
 import itertools
 import json
 import pickle
@@ -11,13 +12,15 @@ from hypothesis import given, settings, strategies as st
 from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSampler
 
 from looplab.data import EpochBatchSampler
-from looplab.samplers import (DistributedBatchSampler, DistributedSampler, EpochwiseBatchSampler, FeistelPermutation,
-                              RepeatBatchSampler, RepeatSampler, ReproducibleShuffleBatchSampler,
-                              ReproducibleShuffleSampler, SeekableBatchSampler, SkipBatchSampler, SkipSampler,
+from looplab.permutation import FeistelPermutation
+from looplab.samplers import (DistributedBatchSampler, DistributedSampler, EpochwiseBatchSampler, RepeatBatchSampler,
+                              RepeatSampler, ReproducibleShuffleBatchSampler, ReproducibleShuffleSampler,
+                              SeekableBatchSampler, ShuffledOrder, SkipBatchSampler, SkipSampler,
                               StatefulDistributedSampler, make_batch_sampler, make_epochwise_batch_sampler)
 
 FAST = settings(max_examples=40, deadline=None)
 seeds = st.integers(0, 2**64 - 1)
+permutations = st.sampled_from([ShuffledOrder, FeistelPermutation])  # the default order, and notebook 11b's
 
 
 class IterOnly(Sampler):
@@ -40,14 +43,19 @@ def take(sampler, count):
     return list(itertools.islice(iter(sampler), count))
 
 
-def stream(n, seed, length):
-    "The shuffled, repeated global stream, computed naively from FeistelPermutation."
+def order(n, seed, epoch=0, permutation=ShuffledOrder):
+    "The order of epoch `epoch`, computed directly from the permutation (by default, notebook 01's shuffled_order)."
+    return permutation(n, seed, epoch).take(np.arange(n)).tolist()
+
+
+def stream(n, seed, length, permutation=ShuffledOrder):
+    "The shuffled, repeated global stream, computed naively from the permutation."
     perms = {}
     out = []
     for position in range(length):
         epoch, offset = divmod(position, n)
         if epoch not in perms:
-            perms[epoch] = list(FeistelPermutation(n, seed, epoch)) if seed is not None else list(range(n))
+            perms[epoch] = order(n, seed, epoch, permutation) if seed is not None else list(range(n))
         out.append(perms[epoch][offset])
     return out
 
@@ -114,9 +122,9 @@ def test_permutation_bad_input():
         FeistelPermutation(10, seed=1.0)
     with pytest.raises(TypeError, match="seed must be an int"):
         FeistelPermutation(10, seed=None)
-    with pytest.raises(ValueError, match="seed must be in"):
+    with pytest.raises(ValueError, match="seed must be an int in"):
         FeistelPermutation(10, seed=-1)
-    with pytest.raises(ValueError, match="n must be in"):
+    with pytest.raises(ValueError, match="n must be an int in"):
         FeistelPermutation(2**63 + 1, seed=0)
     with pytest.raises(IndexError, match=r"position must be in \[0, 10\)"):
         FeistelPermutation(10, seed=0)[10]
@@ -146,15 +154,15 @@ def resume_everywhere(build, expected):
 
 
 @FAST
-@given(n=st.integers(1, 30), seed=st.integers(0, 2**64 - 1), seekable=st.booleans())
-def test_shuffle(n, seed, seekable):
+@given(n=st.integers(1, 30), seed=st.integers(0, 2**64 - 1), seekable=st.booleans(), permutation=permutations)
+def test_shuffle(n, seed, seekable, permutation):
     source = range(n) if seekable else IterOnly(range(n))
-    expected = list(FeistelPermutation(n, seed))
-    resume_everywhere(lambda: ReproducibleShuffleSampler(source, seed), expected)
-    sampler = ReproducibleShuffleSampler(source, seed)
-    assert [list(sampler) for _ in range(3)] == [list(FeistelPermutation(n, seed, e)) for e in range(3)]
+    expected = order(n, seed, 0, permutation)
+    resume_everywhere(lambda: ReproducibleShuffleSampler(source, seed, permutation), expected)
+    sampler = ReproducibleShuffleSampler(source, seed, permutation)
+    assert [list(sampler) for _ in range(3)] == [order(n, seed, e, permutation) for e in range(3)]
     sampler.set_epoch(7)
-    assert list(sampler) == list(FeistelPermutation(n, seed, 7))
+    assert list(sampler) == order(n, seed, 7, permutation)
     assert sampler.epoch == 8
 
 
@@ -163,7 +171,7 @@ def test_shuffle(n, seed, seekable):
 def test_shuffle_batches(n, size, seed, seekable):
     batches = list(BatchSampler(range(n), size, False))
     source = SeekableBatchSampler(range(n), size) if seekable else BatchSampler(range(n), size, False)
-    expected = [batches[i] for i in FeistelPermutation(len(batches), seed)]
+    expected = [batches[i] for i in order(len(batches), seed)]
     resume_everywhere(lambda: ReproducibleShuffleBatchSampler(source, seed), expected)
 
 
@@ -199,8 +207,8 @@ def test_repeat_batches_walks_the_epochs_of_the_shuffle_inside(n, size, seed):
     per_epoch = len(batch_sampler)
     expected = []
     for epoch in range(3):
-        order = list(FeistelPermutation(n, seed, epoch))
-        expected += [order[i:i + size] for i in range(0, n, size)]
+        epoch_order = order(n, seed, epoch)
+        expected += [epoch_order[i:i + size] for i in range(0, n, size)]
     resume_everywhere(lambda: RepeatBatchSampler(batch_sampler), expected)
     assert len(RepeatBatchSampler(batch_sampler)) == per_epoch
 
@@ -250,7 +258,8 @@ def test_skip(n, data, seekable):
 
 def test_skip_a_billion_items_jumps_there():
     n = 10**9
-    chain = SkipSampler(RepeatSampler(ReproducibleShuffleSampler(range(n), seed=5)), 3 * n - 1)
+    chain = SkipSampler(RepeatSampler(ReproducibleShuffleSampler(range(n), seed=5, permutation=FeistelPermutation)),
+                        3 * n - 1)
     assert chain.seekable
     assert take(chain, 2) == [FeistelPermutation(n, 5, 2)[n - 1], FeistelPermutation(n, 5, 3)[0]]
 
@@ -258,10 +267,10 @@ def test_skip_a_billion_items_jumps_there():
 def test_each_pass_of_a_finite_sampler_starts_from_the_beginning_of_the_next_epoch():
     sampler = SkipSampler(ReproducibleShuffleSampler(range(10), 0), 2)
     first = list(sampler)
-    assert first == list(FeistelPermutation(10, 0, 0))[2:]
+    assert first == order(10, 0, 0)[2:]
     state_at_end = sampler.state_dict()
     second = list(sampler)
-    assert second == list(FeistelPermutation(10, 0, 1))[2:] and len(sampler) == 10 and sampler.remaining == 8
+    assert second == order(10, 0, 1)[2:] and len(sampler) == 10 and sampler.remaining == 8
     sampler.load_state_dict(state_at_end)
     assert sampler.remaining == 8 and list(sampler) == second, "a state taken after a pass is the next pass"
     batches = iter(sampler)
@@ -269,7 +278,7 @@ def test_each_pass_of_a_finite_sampler_starts_from_the_beginning_of_the_next_epo
     at_last_item = sampler.state_dict()
     sampler.load_state_dict(at_last_item)
     assert sampler.remaining == 0 and list(sampler) == [], "taken at its last item, the pass is all consumed"
-    assert rest == list(FeistelPermutation(10, 0, 2))[2:] and list(sampler) == list(FeistelPermutation(10, 0, 3))[2:]
+    assert rest == order(10, 0, 2)[2:] and list(sampler) == order(10, 0, 3)[2:]
 
 
 def test_set_epoch_keeps_a_resume_position_only_for_the_same_epoch():
@@ -281,17 +290,17 @@ def test_set_epoch_keeps_a_resume_position_only_for_the_same_epoch():
     resumed.load_state_dict(state)
     assert resumed.epoch == 2
     resumed.set_epoch(2)
-    assert head + list(resumed) == list(FeistelPermutation(10, 0, 2))
+    assert head + list(resumed) == order(10, 0, 2)
     resumed.load_state_dict(state)
     resumed.set_epoch(4)
-    assert list(resumed) == list(FeistelPermutation(10, 0, 4))
+    assert list(resumed) == order(10, 0, 4)
 
 
 # ---- the chains of make_batch_sampler -------------------------------------------------------------------
 
-def training_reference(n, seed, workers, rank, size, skip, steps):
+def training_reference(n, seed, workers, rank, size, skip, steps, permutation=ShuffledOrder):
     "Rank `rank`'s batches: positions rank + workers*j of the global stream, in batches, after `skip` of them."
-    global_items = stream(n, seed, workers * size * (skip + steps))
+    global_items = stream(n, seed, workers * size * (skip + steps), permutation)
     mine = global_items[rank::workers]
     batches = [mine[i:i + size] for i in range(0, len(mine), size)]
     return batches[skip:skip + steps]
@@ -302,15 +311,16 @@ chain_args = dict(n=st.integers(1, 25), seed=st.one_of(st.none(), seeds), worker
 
 
 @FAST
-@given(**chain_args)
-def test_training_chain_order(n, seed, workers, size, skip, data):
+@given(**chain_args, permutation=permutations)
+def test_training_chain_order(n, seed, workers, size, skip, data, permutation):
     rank = data.draw(st.integers(0, workers - 1))
-    chain = make_batch_sampler(range(n), "training", seed, workers, rank, size, skip)
-    assert take(chain, 9) == training_reference(n, seed, workers, rank, size, skip, 9)
+    chain = make_batch_sampler(range(n), "training", seed, workers, rank, size, skip, permutation=permutation)
+    assert take(chain, 9) == training_reference(n, seed, workers, rank, size, skip, 9, permutation)
     assert len(chain) == -(-(-(-n // workers)) // size), "one pass per rank, the same on every rank"
-    lookalike = make_batch_sampler(IterOnly(range(n)), "training", seed, workers, rank, size, skip)
+    lookalike = make_batch_sampler(IterOnly(range(n)), "training", seed, workers, rank, size, skip,
+                                   permutation=permutation)
     lookalike_batches = take(lookalike, 18)
-    assert lookalike_batches == training_reference(n, seed, workers, rank, size, skip, 18), \
+    assert lookalike_batches == training_reference(n, seed, workers, rank, size, skip, 18, permutation), \
         "a sampler that cannot seek gives the same batches"
     assert take(chain, 9) == lookalike_batches[9:], "a second pass of an endless stream goes on where it was"
 
@@ -491,20 +501,20 @@ def test_stateful_distributed_sampler_errors():
         sampler.set_start_iter(3)
     with pytest.raises(ValueError, match="empty dataset"):
         StatefulDistributedSampler([], 3)
-    with pytest.raises(ValueError, match=r"rank \(of num_replicas=2\) must be in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"rank \(of num_replicas=2\) must be an int in \[0, 1\]"):
         StatefulDistributedSampler(range(10), 3, num_replicas=2, rank=2)
     with pytest.raises(ValueError, match="num_replicas=2 but this StatefulDistributedSampler has num_replicas=3"):
         StatefulDistributedSampler(range(10), 3, num_replicas=3, rank=1).load_state_dict(sampler.state_dict())
     with pytest.raises(TypeError, match="seed must be an int"):
         StatefulDistributedSampler(range(10), 3, seed="0")
-    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
         StatefulDistributedSampler(range(10), 0)
     assert len(StatefulDistributedSampler(range(10), 3)) == 10, "without a process group: one replica"
 
 
 # ---- Determined's sampler tests, as a Determined user runs them -----------------------------------------
 # Our own tests of the behaviour Determined's suite checks for determined.pytorch.samplers; only the exact orders
-# differ (Determined pins numpy RandomState shuffles, ours is the Feistel permutation).
+# differ (Determined pins numpy RandomState shuffles, ours is notebook 01's shuffled_order by default).
 
 def test_determined_skip_sampler_reports_the_underlying_length():
     skip_sampler = SkipSampler(SequentialSampler(range(15)), 2)
@@ -545,7 +555,7 @@ def test_determined_shuffle_sampler_gives_a_new_seeded_order_on_every_pass():
     sampler = ReproducibleShuffleSampler(SequentialSampler(range(5)), 777)
     first, second = list(sampler), list(sampler)
     assert first != second and sorted(first) == sorted(second) == list(range(5))
-    assert first == list(FeistelPermutation(5, 777, 0)) and second == list(FeistelPermutation(5, 777, 1))
+    assert first == order(5, 777, 0) and second == order(5, 777, 1)
 
 
 def test_determined_shuffle_sampler_wraps_a_batch_sampler_and_shuffles_whole_batches():
@@ -553,8 +563,8 @@ def test_determined_shuffle_sampler_wraps_a_batch_sampler_and_shuffles_whole_bat
     shuffle_batch_sampler = ReproducibleShuffleSampler(batch_sampler, 777)
     batches = list(batch_sampler)
     first, second = list(shuffle_batch_sampler), list(shuffle_batch_sampler)
-    assert first == [batches[i] for i in FeistelPermutation(5, 777, 0)]
-    assert second == [batches[i] for i in FeistelPermutation(5, 777, 1)]
+    assert first == [batches[i] for i in order(5, 777, 0)]
+    assert second == [batches[i] for i in order(5, 777, 1)]
     assert len(shuffle_batch_sampler) == 5
     for source in (SeekableBatchSampler(range(10), 2), batches):
         assert list(ReproducibleShuffleSampler(source, 777)) == first, type(source).__name__
@@ -614,8 +624,8 @@ def test_a_pass_begins_at_its_first_element_and_an_unfinished_pass_counts():
     sampler = ReproducibleShuffleSampler(range(10), 3)
     iter(sampler)
     iter(sampler)  # a DataLoader with worker processes calls iter() twice before the first batch
-    assert sampler.epoch == 0 and next(iter(sampler)) == FeistelPermutation(10, 3, 0)[0]
-    assert list(sampler) == list(FeistelPermutation(10, 3, 1)), "the peek began epoch 0: this pass is epoch 1"
+    assert sampler.epoch == 0 and next(iter(sampler)) == order(10, 3, 0)[0]
+    assert list(sampler) == order(10, 3, 1), "the peek began epoch 0: this pass is epoch 1"
 
 
 def test_an_iterator_replaced_by_a_newer_pass_refuses_to_go_on():
@@ -636,7 +646,7 @@ def test_a_plain_dataloader_epoch_loop_gets_a_new_order_each_epoch(num_workers):
     loader = DataLoader(torch.arange(20), batch_size=5, sampler=ReproducibleShuffleSampler(range(20), 0),
                         num_workers=num_workers)
     orders = [torch.cat(list(loader)).tolist() for _ in range(2)]
-    assert orders == [list(FeistelPermutation(20, 0, epoch)) for epoch in range(2)]
+    assert orders == [order(20, 0, epoch) for epoch in range(2)]
 
 
 def test_a_new_pass_of_an_endless_stream_goes_on_where_the_last_one_left_it():
@@ -710,19 +720,24 @@ def test_a_mid_epoch_resume_records_the_same_epoch_length_at_every_event(build):
 # ---- bad input ------------------------------------------------------------------------------------------
 
 BAD = [
-    (lambda: DistributedSampler(range(10), 0, 0), ValueError, "num_workers must be >= 1, got 0"),
-    (lambda: DistributedSampler(range(10), 2, 2), ValueError, r"rank \(of num_workers=2\) must be in \[0, 1\], got 2"),
+    (lambda: DistributedSampler(range(10), 0, 0), ValueError, "num_replicas must be an int >= 1, got 0"),
+    (lambda: DistributedSampler(range(10), num_workers=0, rank=0), ValueError, r"num_workers \(the number of ranks\) must be an int >= 1"),
+    (lambda: DistributedSampler(range(10), 3, 0, num_workers=2), ValueError, "two names of the number of ranks; pass num_replicas only"),
+    (lambda: DistributedSampler(range(10)), TypeError, "needs num_replicas"),
+    (lambda: DistributedSampler(range(10), 2), TypeError, "needs rank"),
+    (lambda: ReproducibleShuffleSampler(range(10), 0, permutation="feistel"), TypeError, "permutation must be called as"),
+    (lambda: DistributedSampler(range(10), 2, 2), ValueError, r"rank \(of num_replicas=2\) must be an int in \[0, 1\], got 2"),
     (lambda: DistributedBatchSampler([[0]], 2, -1), ValueError, "rank"),
-    (lambda: DistributedSampler(range(10), 2.0, 0), TypeError, "num_workers must be an int"),
-    (lambda: SkipSampler(range(10), -1), ValueError, "skip must be >= 0, got -1"),
+    (lambda: DistributedSampler(range(10), 2.0, 0), TypeError, "num_replicas must be an int"),
+    (lambda: SkipSampler(range(10), -1), ValueError, "skip must be an int >= 0, got -1"),
     (lambda: SkipSampler(range(10), 11), ValueError, "skip=11 is past the end of a sampler of length 10"),
     (lambda: SkipBatchSampler(SeekableBatchSampler(range(10), 3), 5), ValueError, "past the end"),
-    (lambda: SeekableBatchSampler(range(10), 0), ValueError, "batch_size must be >= 1, got 0"),
+    (lambda: SeekableBatchSampler(range(10), 0), ValueError, "batch_size must be an int >= 1, got 0"),
     (lambda: SeekableBatchSampler(range(10), 2, drop_last=1), TypeError, "drop_last must be a bool"),
-    (lambda: make_batch_sampler(range(10), "training", 0, 1, 0, 0), ValueError, "batch_size must be >= 1"),
-    (lambda: make_batch_sampler(range(10), "training", 0, 0, 0, 2), ValueError, "num_workers must be >= 1"),
+    (lambda: make_batch_sampler(range(10), "training", 0, 1, 0, 0), ValueError, "batch_size must be an int >= 1"),
+    (lambda: make_batch_sampler(range(10), "training", 0, 0, 0, 2), ValueError, "num_replicas must be an int >= 1"),
     (lambda: make_batch_sampler(range(10), "training", 0, 2, 5, 2), ValueError, "rank"),
-    (lambda: make_batch_sampler(range(10), "training", 0, 1, 0, 2, skip=-3), ValueError, "skip must be >= 0"),
+    (lambda: make_batch_sampler(range(10), "training", 0, 1, 0, 2, skip=-3), ValueError, "skip must be an int >= 0"),
     (lambda: make_batch_sampler(range(10), "train", 0, 1, 0, 2), ValueError, "mode must be 'training' or 'validation', got 'train'"),
     (lambda: make_batch_sampler(range(10), "validation", 0, 1, 0, 2, skip=1), ValueError, "validation is never skipped"),
     (lambda: make_batch_sampler([], "training", 0, 1, 0, 2), ValueError, "empty"),
@@ -732,7 +747,7 @@ BAD = [
     (lambda: make_batch_sampler(range(10), "training", True, 1, 0, 2), TypeError, "shuffle_seed must be an int"),
     (lambda: make_batch_sampler(object(), "training", 0, 1, 0, 2), TypeError, "needs a sampler or a dataset"),
     (lambda: ReproducibleShuffleSampler(range(10), "42"), TypeError, "seed must be an int"),
-    (lambda: ReproducibleShuffleSampler(range(10), 2**64), ValueError, "seed must be in"),
+    (lambda: ReproducibleShuffleSampler(range(10), 2**64), ValueError, "seed must be an int in"),
     (lambda: ReproducibleShuffleSampler(RepeatSampler(range(3)), 0), ValueError, "Shuffle first, then repeat"),
     (lambda: ReproducibleShuffleBatchSampler(range(4), 0), TypeError, "wraps batch samplers"),
     (lambda: ReproducibleShuffleSampler(IterOnly([[0, 1], [2]]), 0), TypeError, "a sampler of indices was expected"),
@@ -743,12 +758,12 @@ BAD = [
     (lambda: ReproducibleShuffleSampler(5, 0), TypeError, "must be iterable and have a len"),
     (lambda: RepeatSampler([]), ValueError, "empty sampler"),
     (lambda: RepeatSampler(RepeatSampler(range(2))), ValueError, "infinite stream"),
-    (lambda: ReproducibleShuffleSampler(range(3), 0).set_epoch(-1), ValueError, r"epoch must be in \[0, 18446744073709551615\], got -1"),
+    (lambda: ReproducibleShuffleSampler(range(3), 0).set_epoch(-1), ValueError, r"epoch must be an int in \[0, 18446744073709551615\], got -1"),
     (lambda: ReproducibleShuffleBatchSampler([[0]], 0).set_epoch(1.0), TypeError, "epoch must be an int"),
-    (lambda: make_epochwise_batch_sampler(range(9), 0, 1, 0, 3).set_epoch(-2), ValueError, "epoch must be in"),
-    (lambda: StatefulDistributedSampler(range(9), 3).set_epoch(-1), ValueError, "epoch must be in"),
+    (lambda: make_epochwise_batch_sampler(range(9), 0, 1, 0, 3).set_epoch(-2), ValueError, "epoch must be an int in"),
+    (lambda: StatefulDistributedSampler(range(9), 3).set_epoch(-1), ValueError, "epoch must be an int in"),
     (lambda: ReproducibleShuffleSampler(range(3), seed=1.5), TypeError, "seed must be an int, got 1.5 of type float"),
-    (lambda: ReproducibleShuffleSampler(range(3), seed=-1), ValueError, "seed must be in"),
+    (lambda: ReproducibleShuffleSampler(range(3), seed=-1), ValueError, "seed must be an int in"),
     (lambda: SkipBatchSampler(BatchSampler(range(15), 2, False), 9), ValueError, "skip=9 is past the end of a sampler of length 8: skip at most 8"),
 ]
 
@@ -787,7 +802,7 @@ def test_a_state_from_another_sampler_is_refused():
         make_batch_sampler(range(10), "training", 0, 2, 0, 3).load_state_dict(broken)
     broken = json.loads(json.dumps(state))
     broken["inner"]["inner"]["inner"]["inner"]["position"] = 11
-    with pytest.raises(ValueError, match=r"state\['position'\] must be in \[0, 10\], got 11"):
+    with pytest.raises(ValueError, match=r"state\['position'\] must be an int in \[0, 10\], got 11"):
         make_batch_sampler(range(10), "training", 0, 2, 0, 3).load_state_dict(broken)
 
 
@@ -804,4 +819,44 @@ def test_wrapping_a_sampler_starts_it_from_the_beginning():
     shuffle.load_state_dict(state)
     assert len(shuffle) == 6
     repeat = RepeatSampler(shuffle)
-    assert len(repeat) == 10 and take(repeat, 10) == list(FeistelPermutation(10, 0))
+    assert len(repeat) == 10 and take(repeat, 10) == order(10, 0)
+
+
+def test_the_permutation_is_pluggable_and_named_in_the_state():
+    feistel = ReproducibleShuffleSampler(range(10), 3, permutation=FeistelPermutation)
+    assert list(feistel) == list(FeistelPermutation(10, 3, 0))
+    assert feistel.state_dict()["permutation"] == "FeistelPermutation"
+    default = ReproducibleShuffleSampler(range(10), 3)
+    with pytest.raises(ValueError, match="permutation='FeistelPermutation' but this ReproducibleShuffleSampler has "
+                                         "permutation='ShuffledOrder'"):
+        default.load_state_dict(feistel.state_dict())
+    vissl = StatefulDistributedSampler(range(10), 2, seed=1, num_replicas=2, rank=1, permutation=FeistelPermutation)
+    assert list(vissl) == [5 + i for i in FeistelPermutation(5, 1, 0)]
+    assert list(StatefulDistributedSampler(range(10), 2, seed=1, num_replicas=2, rank=1)) == \
+        [5 + i for i in order(5, 1, 0)]
+
+
+def test_num_workers_is_determineds_name_for_num_replicas():
+    assert list(DistributedSampler(range(10), num_workers=3, rank=1)) == list(DistributedSampler(range(10), 3, 1))
+    assert DistributedSampler(range(10), num_replicas=3, rank=1, num_workers=3).num_workers == 3, "agreeing: accepted"
+    chain = make_batch_sampler(range(10), "training", 0, num_workers=2, rank=1, batch_size=3)
+    assert take(chain, 3) == take(make_batch_sampler(range(10), "training", 0, num_replicas=2, rank=1, batch_size=3), 3)
+    epochwise = make_epochwise_batch_sampler(range(10), 0, num_workers=2, rank=1, batch_size=3)
+    assert list(epochwise) == list(make_epochwise_batch_sampler(range(10), 0, 2, 1, 3))
+
+
+@FAST
+@given(n=st.integers(1, 30), bs=st.integers(1, 7), seed=seeds, shuffle=st.booleans(), drop_last=st.booleans(),
+       epoch=st.integers(0, 50), data=st.data())
+def test_one_rank_epochwise_chain_is_notebook_01s_epoch_batch_sampler(n, bs, seed, shuffle, drop_last, epoch, data):
+    if drop_last and bs > n:
+        return  # EpochBatchSampler refuses an epoch with no batch
+    notebook_01 = EpochBatchSampler(n, bs, seed % 2**63, shuffle, drop_last)
+    chain = make_epochwise_batch_sampler(range(n), seed % 2**63 if shuffle else None, 1, 0, bs, drop_last)
+    assert [list(notebook_01) for _ in range(3)] == [list(chain) for _ in range(3)], "each pass the next epoch"
+    start_iter = data.draw(st.integers(0, notebook_01.n_batches))
+    for sampler in (notebook_01, chain):
+        sampler.set_epoch(epoch)
+        sampler.set_start_iter(start_iter)
+    assert len(notebook_01) == len(chain)
+    assert list(notebook_01) == list(chain) and list(notebook_01) == list(chain)
