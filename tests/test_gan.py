@@ -6,7 +6,6 @@ import sys
 import time
 from pathlib import Path
 
-
 import pytest
 import torch
 from torch import nn

@@ -4,7 +4,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+from torch.utils.data import DistributedSampler as TorchDistributedSampler  # torch's (dataset, num_replicas, rank)
 
 from looplab.samplers import SamplerPlot, served
 
@@ -40,7 +41,7 @@ def test_sampler_plot_calls_set_epoch_for_every_epoch_and_rank():
 
 
 def test_distributed_ranks_split_each_epoch_without_overlap():
-    make = lambda rank: DistributedSampler(range(30), num_replicas=3, rank=rank, shuffle=True, seed=1)
+    make = lambda rank: TorchDistributedSampler(range(30), num_replicas=3, rank=rank, shuffle=True, seed=1)
     plot = SamplerPlot([make(r) for r in range(3)], n_epochs=2, kind="grid")
     for epoch in range(2):
         seen = [i for rank in plot.steps for step in rank[epoch] for i in step]
