@@ -284,7 +284,7 @@ def _check_mode(mode: str) -> str:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     return mode
 
-# %% ../nbs/05_live_plots.ipynb #694a40f3
+# %% ../nbs/05_live_plots.ipynb #0758cf38
 class LivePlotCore(FigurePlot):
     "The guarded drawing of a live plot, through its hooks: a figure (widget mode) or a progress line (text mode)."
     blit = True  # False: `_fill` redraws the whole figure, no artist is animated
@@ -293,13 +293,12 @@ class LivePlotCore(FigurePlot):
     def __init__(self, every_ms: float = 250, max_overhead: float = 0.05, mode: str = "auto",
                  figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80, file=None):
         super().__init__(figsize, dpi)
-        Throttle(every_ms, max_overhead)  # validates both now, not at the first fit
+        self.throttle = Throttle(every_ms, max_overhead)  # validates both now, not at the first fit
         self.every_ms = every_ms
         self.max_overhead = max_overhead  # the largest share of the time spent drawing
         self.mode = _check_mode(mode)
         self.line = ProgressLine(file)
         self.live: LiveFigure | None = None  # the figure of the current or last fit, in widget mode
-        self.throttle = Throttle(every_ms, max_overhead)
         self._drawing = False
         self._began = False  # on_train_begin completed: on_train_end has something to finish
 
@@ -313,18 +312,6 @@ class LivePlotCore(FigurePlot):
         "The progress line of text mode (None: none)."
     def _summary(self) -> str | None:
         "The line text mode prints at the end (None: none)."
-
-    def _open(self, widget: bool, shown: bool) -> None:
-        "Open the live figure (widget mode; shown in a notebook output if `shown`), or get ready to write text."
-        self.live = None
-        if widget:
-            self.live = LiveFigure(self.figsize, self.dpi, self.every_ms, self.max_overhead)
-            self.live.animate(*self._artists(self.live.fig))
-        self.throttle = self.live.throttle if widget else Throttle(self.every_ms, self.max_overhead)
-        self.throttle.start(LiveFigure.full_draw_seconds if widget else 0.0)
-        if widget and shown:
-            self._open_controls()
-            self.live.show()
 
     def _update(self, final: bool = False) -> None:
         "Collect, then redraw the figure or rewrite the progress line; a failure stops drawing, never training."
@@ -349,10 +336,6 @@ class LivePlotCore(FigurePlot):
         self._fill(self.live.fig, self.live.animated, grow=True)
         self.live.draw(started)
 
-    def close(self) -> None:
-        "Stop drawing; training goes on, and `plot()`/`save()` still work."
-        self._drawing = False
-
     def plot(self) -> Figure:
         "A static figure of what was collected (the last fit's, after training)."
         self._check_ready()
@@ -360,7 +343,7 @@ class LivePlotCore(FigurePlot):
         self._fill(fig, self._artists(fig), grow=False)
         return fig
 
-# %% ../nbs/05_live_plots.ipynb #4a103e57
+# %% ../nbs/05_live_plots.ipynb #0f0b2712
 class LivePlot(LivePlotCore, Callback):
     "A callback that draws a live figure while training, or writes a progress line where nothing shows it; it never stops training."
     unique = True
@@ -373,6 +356,18 @@ class LivePlot(LivePlotCore, Callback):
         self._open(widget, shown=_shell() is not None)
         self._drawing = master
         self._began = True
+
+    def _open(self, widget: bool, shown: bool) -> None:
+        "Open the live figure (widget mode; shown in a notebook output if `shown`), or get ready to write text."
+        self.live = None
+        if widget:
+            self.live = LiveFigure(self.figsize, self.dpi, self.every_ms, self.max_overhead)
+            self.live.animate(*self._artists(self.live.fig))
+        self.throttle = self.live.throttle if widget else Throttle(self.every_ms, self.max_overhead)
+        self.throttle.start(LiveFigure.full_draw_seconds if widget else 0.0)
+        if widget and shown:
+            self._open_controls()
+            self.live.show()
 
     def on_batch_end(self):
         if self.learn.training and self._drawing and self.throttle.due():
@@ -388,6 +383,10 @@ class LivePlot(LivePlotCore, Callback):
                 self.line.finish(f"{type(self).__name__}: {summary}")
         elif self._drawing:
             self._update(final=True)
+
+    def close(self) -> None:
+        "Stop drawing; training goes on, and `plot()`/`save()` still work."
+        self._drawing = False
 
 # %% ../nbs/05_live_plots.ipynb #c2b0678e
 def _loss_axes(fig: Figure, beta: float, log: bool, n_batches: int | None) -> list:
@@ -422,7 +421,7 @@ def _attached_recorder(learn, plot) -> Recorder:
     learn.recorder.flush()
     return learn.recorder
 
-# %% ../nbs/05_live_plots.ipynb #9e702a69
+# %% ../nbs/05_live_plots.ipynb #033ddc18
 class LossChart(LivePlot):
     "Live chart of the training loss (each batch and smoothed) and the validation loss (each epoch)."
     order = 80  # after the Recorder (-10) has the batch; before ProgressCallback (90) prints an epoch's row
@@ -456,12 +455,10 @@ class LossChart(LivePlot):
         return _loss_axes(fig, self.beta, self.log, self._total or len(self.losses))
 
     def _collect(self) -> None:
-        "Take the losses recorded since the last collection (one host sync for all of them)."
         recorder = self.learn.recorder
-        recorder.flush()
+        self.smooth = recorder.smooth_losses(self.beta)[self._first:]  # flushes: one host sync for all new losses
         new = recorder.losses[self._first + len(self.losses):]
         self.losses.extend(new)
-        self.smooth = recorder.smooth_losses(self.beta)[self._first:]
         self._finite.extend(v for v in new if math.isfinite(v))
 
     def on_epoch_end(self):
@@ -473,7 +470,6 @@ class LossChart(LivePlot):
             self._finite.append(valid_loss)
 
     def _fill(self, fig: Figure, lines: list, grow: bool) -> None:
-        "Put the collected data on the curves; set limits that hold them (grown from the current ones if `grow`)."
         ax = fig.axes[0]
         steps = np.arange(1, len(self.losses) + 1)
         lines[0].set_data(steps, self.losses)
@@ -518,7 +514,7 @@ def _progress_widgets(total: int) -> tuple:
     display(ipywidgets.HBox([bar, label]))
     return bar, label
 
-# %% ../nbs/05_live_plots.ipynb #ba2d7a4a
+# %% ../nbs/05_live_plots.ipynb #0f20c66f
 class LossPlot(LossChart):
     "Live chart of the training and validation losses, with a progress bar (in a notebook) or a progress line, and the time left."
     bar = None  # the ipywidgets progress bar and label, in a notebook
@@ -539,9 +535,7 @@ class LossPlot(LossChart):
 
     def _position(self) -> int:
         "Training batches of this fit's schedule done, as far as collected (epochs done when the loader has no length)."
-        if self._per_epoch is None:
-            return self._epochs_done
-        return (self.time.first or 0) + len(self.losses)
+        return self._epochs_done if self._per_epoch is None else (self.time.first or 0) + len(self.losses)
 
     def _redraw(self, started: float, final: bool = False) -> None:
         super()._redraw(started, final)
@@ -578,9 +572,8 @@ class LossPlot(LossChart):
     def close(self) -> None:
         "Close the progress widgets and stop drawing; training goes on, and `plot()`/`save()` still work."
         super().close()
-        for widget in (self.bar, self.label):
-            if widget is not None:
-                widget.close()
+        for widget in [w for w in (self.bar, self.label) if w is not None]:
+            widget.close()
 
 # %% ../nbs/05_live_plots.ipynb #ccd20a1b
 def _history(name: str, run) -> Recorder:
