@@ -140,8 +140,10 @@ def test_bad_input_is_a_clear_error():
         plain.fit(1)
     with pytest.raises(ValueError, match=r"preset must be one of \['standard', 'wgan'\], got 'dcgan'"):
         gan_learner(mlp(2, 2), mlp(2, 1), dls, preset="dcgan")
-    with pytest.raises(ValueError, match="clip must be None or a number > 0"):
+    with pytest.raises(ValueError, match="clip must be a number > 0, got -0.01"):
         GANTrainer(clip=-0.01)
+    with pytest.raises(TypeError, match="clip must be a number or None"):
+        GANTrainer(clip="0.01")
     model = GANModule(nn.Linear(2, 2), nn.Linear(2, 1))
     loss = GANLoss(wgan_gen_loss, wgan_crit_loss, model)
     model.switch(True)
