@@ -381,6 +381,13 @@ class LivePlot(LivePlotCore, Callback):
         "Stop drawing; training goes on, and `plot()`/`save()` still work."
         self._drawing = False
 
+# %% ../nbs/05_live_plots.ipynb #7f053c7e
+def smoothed(losses, beta: float = 0.98) -> list[float]:
+    "The Recorder's smoothed curve (`Recorder.smooth_losses`: a debiased moving average) of any list of losses."
+    recorder = Recorder()
+    recorder.losses = [float(v) for v in losses]
+    return recorder.smooth_losses(beta)
+
 # %% ../nbs/05_live_plots.ipynb #c2b0678e
 def _loss_axes(fig: Figure, beta: float, log: bool, n_batches: int | None) -> list:
     "Axes for the loss with titles, labels and legend, and three empty curves: batch losses, smoothed, validation."
@@ -397,13 +404,6 @@ def _loss_axes(fig: Figure, beta: float, log: bool, n_batches: int | None) -> li
     ax.legend(loc="upper right")
     _set_margins(fig)
     return [raw, smooth, valid]
-
-# %% ../nbs/05_live_plots.ipynb #7f053c7e
-def smoothed(losses, beta: float = 0.98) -> list[float]:
-    "The Recorder's smoothed curve (`Recorder.smooth_losses`: a debiased moving average) of any list of losses."
-    recorder = Recorder()
-    recorder.losses = [float(v) for v in losses]
-    return recorder.smooth_losses(beta)
 
 # %% ../nbs/05_live_plots.ipynb #3ceec5d4
 def _attached_recorder(learn, plot) -> Recorder:
