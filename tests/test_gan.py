@@ -13,9 +13,12 @@ from torch import nn
 from looplab.callback import Callback, CallbackError
 from looplab.data import DataLoaders, make_rings
 from looplab.engine import AMPEngine
-from looplab.gan import (AdaptiveGANSwitcher, FixedGANSwitcher, GANLoss, GANModule, GANTrainer, gan_learner,
-                         wgan_crit_loss, wgan_gen_loss)
+from looplab.gan import (AdaptiveGANSwitcher, FixedGANSwitcher, GANLoss, GANModule, GANPlot, GANTrainer, digit_grid,
+                         gan_learner, ring_scatter, wgan_crit_loss, wgan_gen_loss)
 from looplab.learner import Learner, set_seed
+from looplab.widgets import LivePlotWarning, Throttle
+
+from helpers import PNG
 
 WORKER = Path(__file__).with_name("gan_worker.py")
 
@@ -137,12 +140,69 @@ def test_bad_input_is_a_clear_error():
         plain.fit(1)
     with pytest.raises(ValueError, match=r"preset must be one of \['standard', 'wgan'\], got 'dcgan'"):
         gan_learner(mlp(2, 2), mlp(2, 1), dls, preset="dcgan")
-    with pytest.raises(ValueError, match="clip must be None or a number > 0"):
+    with pytest.raises(ValueError, match="clip must be a number > 0, got -0.01"):
         GANTrainer(clip=-0.01)
+    with pytest.raises(TypeError, match="clip must be a number or None"):
+        GANTrainer(clip="0.01")
     model = GANModule(nn.Linear(2, 2), nn.Linear(2, 1))
     loss = GANLoss(wgan_gen_loss, wgan_crit_loss, model)
     model.switch(True)
     assert loss(model(torch.randn(5, 2)), None).ndim == 0
+
+
+# --- GANPlot ---------------------------------------------------------------------------------------------------
+
+def test_gan_plot_headless_draws_nothing_and_plots_after_training(tmp_path):
+    real, _ = make_rings(512, std=0.1, seed=0)
+    plot = GANPlot(ring_scatter(real), n_samples=100)
+    with pytest.raises(ValueError, match="GANPlot has nothing to plot yet"):
+        plot.plot()
+    assert plot._repr_png_() is None
+    learn = ring_learner(cbs=[plot], n=512)
+    learn.fit(1)
+    assert plot.live is None  # no frontend: nothing drawn during training
+    fig = plot.plot()
+    assert [ax.get_title() for ax in fig.axes] == ["GAN losses", f"samples after batch {learn.n_iter}"]
+    assert plot.save(tmp_path / "gan.png").read_bytes()[:8] == PNG
+    assert plot.samples().shape == (100, 2)
+
+
+def test_gan_plot_widget_mode_redraws_the_whole_figure_and_leaves_the_run_alone(monkeypatch):
+    monkeypatch.setattr(Throttle, "due", lambda self: True)
+    plot = GANPlot(ring_scatter(make_rings(256, std=0.1, seed=0)[0]), n_samples=64, mode="widget")
+    learn = ring_learner(cbs=[plot], n=512)
+    learn.fit(1)
+    alone = ring_learner(n=512)
+    alone.fit(1)
+    assert plot.live.n_draws == 8 + 1 and plot.live.n_full_draws == plot.live.n_draws  # nothing blitted
+    assert plot.live.png[:8] == PNG
+    assert all(torch.equal(a, b) for a, b in zip(learn.model.parameters(), alone.model.parameters()))  # fixed noise of its own
+
+
+def test_gan_plot_a_failing_draw_warns_once_and_training_goes_on():
+    def broken(ax, fakes):
+        raise RuntimeError("cannot show these samples")
+
+    plot = GANPlot(broken, mode="widget")
+    learn = ring_learner(cbs=[plot], n=512)
+    with pytest.warns(LivePlotWarning, match="GANPlot stopped drawing.*cannot show these samples") as record:
+        learn.fit(2)
+    assert len([w for w in record if w.category is LivePlotWarning]) == 1
+    trainer = learn.cbs[[type(c) for c in learn.cbs].index(GANTrainer)]
+    assert len(trainer.gen_losses) + len(trainer.crit_losses) == 16
+
+
+def test_gan_plot_bad_input():
+    with pytest.raises(TypeError, match="show_samples must be a function"):
+        GANPlot("digits")
+    with pytest.raises(ValueError, match="n_samples must be an int >= 1, got 0"):
+        GANPlot(digit_grid, n_samples=0)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        GANPlot(digit_grid, mode="tv")
+    learn = Learner(nn.Linear(2, 2), DataLoaders.from_tensors(torch.randn(64, 2), torch.zeros(64), bs=32, valid_pct=0.0),
+                    cbs=[GANPlot(digit_grid)])
+    with pytest.raises(CallbackError, match="GANTrainer"):
+        learn.fit(1)
 
 
 def run_worker(out, *args):

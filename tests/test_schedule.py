@@ -383,7 +383,7 @@ def test_dry_run_works_for_an_optimizer_with_required_arguments():
     (lambda opt: dry_run_scheduler(torch.optim.lr_scheduler.StepLR(opt, 1), opt, 3), TypeError, ["lambda opt"]),
     (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.StepLR(o, 1), "sgd", 3), TypeError, ["opt", "str"]),
     (lambda opt: dry_run_scheduler(lambda o: None, opt, 3), TypeError, ["step()", "NoneType"]),
-    (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.StepLR(o, 1), opt, 2.5), ValueError, ["n_steps", "2.5"]),
+    (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.StepLR(o, 1), opt, 2.5), TypeError, ["n_steps", "2.5"]),
     (lambda opt: dry_run_scheduler(lambda o: torch.optim.lr_scheduler.OneCycleLR(o, 1.0, total_steps=5), opt, 7),
      ValueError, ["step 6", "n_steps=7"]),
     (lambda opt: LRPlot(scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 1), n_steps=4).plan(), ValueError, ["opt="]),

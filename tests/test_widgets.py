@@ -13,14 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 from torch import nn
-from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
 
 import looplab.widgets as widgets
 from looplab.callback import Callback, CallbackError
 from looplab.data import DataLoaders
 from looplab.metrics import Accuracy
-from looplab.widgets import (LivePlotWarning, LiveFigure, LossPlot, ProgressLine, SamplerPlot, Throttle, compare_runs,
-                             in_notebook, served)
+from looplab.widgets import (LivePlotWarning, LiveFigure, LossPlot, ProgressLine, Throttle, compare_runs, in_notebook)
 
 from helpers import PNG, make_dls, make_learner
 
@@ -113,11 +111,13 @@ def test_throttle_spaces_work_by_every_ms_and_by_its_cost():
     assert throttle.due()
 
 
-@pytest.mark.parametrize("kwargs, words", [({"every_ms": 0}, ["every_ms", "0"]), ({"every_ms": "fast"}, ["'fast'"]),
-                                           ({"every_ms": True}, ["True"]), ({"max_overhead": 0}, ["max_overhead"]),
-                                           ({"max_overhead": 1.5}, ["1.5"])])
-def test_throttle_refuses_bad_arguments(kwargs, words):
-    with pytest.raises(ValueError) as info:
+@pytest.mark.parametrize("kwargs, error, words", [({"every_ms": 0}, ValueError, ["every_ms", "0"]),
+                                                  ({"every_ms": "fast"}, TypeError, ["'fast'"]),
+                                                  ({"every_ms": True}, TypeError, ["True"]),
+                                                  ({"max_overhead": 0}, ValueError, ["max_overhead"]),
+                                                  ({"max_overhead": 1.5}, ValueError, ["1.5"])])
+def test_throttle_refuses_bad_arguments(kwargs, error, words):
+    with pytest.raises(error) as info:
         Throttle(**kwargs)
     for word in words:
         assert word in str(info.value)
@@ -147,13 +147,22 @@ def test_grown_limits_hold_the_range_and_are_stable(lo, extent, log):
     assert widgets._grown_limits(limits, lo, hi, log) == limits  # nothing new: the background is kept
 
 
-@given(st.lists(st.floats(0, 10), min_size=1, max_size=60), st.integers(0, 60), st.floats(0, 0.999))
-def test_incremental_smoothing_equals_smoothing_at_once(losses, cut, beta):
-    cut = min(cut, len(losses))
-    whole, _ = widgets._smooth(losses, beta)
-    first, avg = widgets._smooth(losses[:cut], beta)
-    rest, _ = widgets._smooth(losses[cut:], beta, avg, cut)
-    np.testing.assert_allclose(first + rest, whole)
+def test_loss_plot_smooths_as_the_recorder_does_at_every_draw_and_across_fits(always_due):
+    learn = make_learner()
+    learn.fit(1)
+    plot = LossPlot(mode="widget", beta=0.9)
+    checked = []
+    fill = plot._fill
+
+    def checking_fill(fig, artists, grow):
+        n = len(plot.losses)
+        checked.append(plot.smooth == learn.recorder.smooth_losses(0.9)[16:16 + n] and len(plot.smooth) == n)
+        fill(fig, artists, grow)
+
+    plot._fill = checking_fill
+    learn.fit(1, cbs=plot)
+    assert len(checked) > 5 and all(checked)
+    assert plot.smooth == learn.recorder.smooth_losses(0.9)[16:]  # the second fit goes on from the first's average
 
 
 # --- the live figure ------------------------------------------------------------------------------------------
@@ -340,121 +349,6 @@ def test_a_failing_display_warns_once_and_training_goes_on(notebook_like, capsys
     assert len(record) == 1
     assert breaker.n == 32 and len(plot.losses) == 32
     assert plot.plot().axes[0].lines[0].get_xdata().size == 32  # the data are all there
-
-
-# --- SamplerPlot ----------------------------------------------------------------------------------------------
-
-@settings(max_examples=40, deadline=None)
-@given(st.integers(1, 40), st.integers(1, 7), st.booleans(), st.integers(1, 3))
-def test_sampler_plot_serves_what_the_batch_sampler_yields(n, bs, drop_last, n_epochs):
-    sampler = BatchSampler(SequentialSampler(range(n)), bs, drop_last)
-    if len(sampler) == 0:
-        with pytest.raises(ValueError, match="length 0"):
-            SamplerPlot(sampler)
-        return
-    plot = SamplerPlot(sampler, n_epochs=n_epochs)
-    assert plot.steps == [[list(sampler)] * n_epochs]
-    assert plot._offsets == [len(sampler) * e for e in range(n_epochs + 1)]
-
-
-def test_sampler_plot_calls_set_epoch_for_every_epoch_and_rank():
-    calls = []
-
-    class Recording(SequentialSampler):
-        def __init__(self, rank):
-            super().__init__(range(4))
-            self.rank = rank
-
-        def set_epoch(self, epoch):
-            calls.append((self.rank, epoch))
-
-    SamplerPlot(lambda rank: Recording(rank), n_ranks=2, n_epochs=3)
-    assert calls == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
-
-
-def test_distributed_ranks_split_each_epoch_without_overlap():
-    make = lambda rank: DistributedSampler(range(30), num_replicas=3, rank=rank, shuffle=True, seed=1)
-    plot = SamplerPlot([make(r) for r in range(3)], n_epochs=2, kind="grid")
-    for epoch in range(2):
-        seen = [i for rank in plot.steps for step in rank[epoch] for i in step]
-        assert sorted(seen) == list(range(30))
-    fig = plot.plot()
-    assert len(fig.axes) == 4  # three ranks and the colour bar
-
-
-class LenRaises:
-    def __len__(self):
-        raise TypeError("no length")
-
-    def __iter__(self):
-        return iter(range(100))
-
-
-class NoLen:
-    def __iter__(self):
-        i = 0
-        while True:
-            yield i
-            i += 1
-
-
-class Flagged:
-    "Has a length (of one pass) but repeats forever, and says so."
-    infinite = True
-
-    def __len__(self):
-        return 3
-
-    def __iter__(self):
-        while True:
-            yield from range(3)
-
-
-@pytest.mark.parametrize("sampler", [LenRaises(), NoLen(), Flagged()])
-def test_infinite_samplers_need_n_steps(sampler):
-    with pytest.raises(ValueError, match="infinite.*n_steps"):
-        SamplerPlot(sampler)
-    plot = SamplerPlot(sampler, n_steps=5)
-    assert len(plot.steps[0][0]) == 5
-
-
-def test_sampler_plot_skip_fades_and_marks_the_resume_point(tmp_path):
-    sampler = BatchSampler(RandomSampler(range(10), generator=torch.Generator().manual_seed(0)), 4, drop_last=False)
-    plot = SamplerPlot(sampler, n_epochs=2, skip=4)
-    assert plot._offsets == [0, 3, 6]
-    assert [plot._skipped_items(0, e) for e in (0, 1)] == [10, 4]
-    fig = plot.plot()
-    assert any(line.get_color() == "red" for line in fig.axes[0].lines)
-    assert plot.save(tmp_path / "order.png").read_bytes()[:8] == PNG
-    assert SamplerPlot(sampler, n_epochs=2, skip=4, kind="grid").save(tmp_path / "grid.png", epoch=1).exists()
-
-
-@pytest.mark.parametrize("args, kwargs, error, words", [
-    ((SequentialSampler(range(0)),), {}, ValueError, ["rank 0", "length 0"]),
-    (([],), {}, ValueError, ["empty"]),
-    ((lambda rank: SequentialSampler(range(3)),), {}, ValueError, ["n_ranks"]),
-    ((SequentialSampler(range(3)),), {"n_ranks": 2}, ValueError, ["n_ranks=2"]),
-    ((SequentialSampler(range(3)),), {"n_epochs": 0}, ValueError, ["n_epochs"]),
-    ((SequentialSampler(range(3)),), {"skip": -1}, ValueError, ["skip"]),
-    ((SequentialSampler(range(3)),), {"kind": "heatmap"}, ValueError, ["kind", "'heatmap'"]),
-    ((SequentialSampler(range(3)),), {"n_steps": 0}, ValueError, ["n_steps"]),
-    ((42,), {}, TypeError, ["iterable", "int"]),
-    (([["x"]],), {}, TypeError, ["'x'"]),
-])
-def test_sampler_plot_bad_input(args, kwargs, error, words):
-    with pytest.raises(error) as info:
-        SamplerPlot(*args, **kwargs)
-    for word in words:
-        assert word in str(info.value)
-
-
-def test_served_accepts_tensors_and_numpy_indices():
-    assert served([torch.tensor([1, 2]), np.int64(3)]) == [[1, 2], [3]]
-
-
-def test_sampler_plot_show_outside_ipython_says_what_to_do(capsys):
-    SamplerPlot(SequentialSampler(range(3))).show()
-    assert "save(path)" in capsys.readouterr().err
 
 
 # --- compare_runs ---------------------------------------------------------------------------------------------

@@ -1,0 +1,125 @@
+"""SamplerPlot (notebook 11, looplab.samplers): which dataset index each rank is served at each step, over epochs."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+from torch.utils.data import DistributedSampler as TorchDistributedSampler  # torch's (dataset, num_replicas, rank)
+
+from looplab.samplers import SamplerPlot, served
+
+from helpers import PNG
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 7), st.booleans(), st.integers(1, 3))
+def test_sampler_plot_serves_what_the_batch_sampler_yields(n, bs, drop_last, n_epochs):
+    sampler = BatchSampler(SequentialSampler(range(n)), bs, drop_last)
+    if len(sampler) == 0:
+        with pytest.raises(ValueError, match="length 0"):
+            SamplerPlot(sampler)
+        return
+    plot = SamplerPlot(sampler, n_epochs=n_epochs)
+    assert plot.steps == [[list(sampler)] * n_epochs]
+    assert plot._offsets == [len(sampler) * e for e in range(n_epochs + 1)]
+
+
+def test_sampler_plot_calls_set_epoch_for_every_epoch_and_rank():
+    calls = []
+
+    class Recording(SequentialSampler):
+        def __init__(self, rank):
+            super().__init__(range(4))
+            self.rank = rank
+
+        def set_epoch(self, epoch):
+            calls.append((self.rank, epoch))
+
+    SamplerPlot(lambda rank: Recording(rank), n_ranks=2, n_epochs=3)
+    assert calls == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+
+
+def test_distributed_ranks_split_each_epoch_without_overlap():
+    make = lambda rank: TorchDistributedSampler(range(30), num_replicas=3, rank=rank, shuffle=True, seed=1)
+    plot = SamplerPlot([make(r) for r in range(3)], n_epochs=2, kind="grid")
+    for epoch in range(2):
+        seen = [i for rank in plot.steps for step in rank[epoch] for i in step]
+        assert sorted(seen) == list(range(30))
+    fig = plot.plot()
+    assert len(fig.axes) == 4  # three ranks and the colour bar
+
+
+class LenRaises:
+    def __len__(self):
+        raise TypeError("no length")
+
+    def __iter__(self):
+        return iter(range(100))
+
+
+class NoLen:
+    def __iter__(self):
+        i = 0
+        while True:
+            yield i
+            i += 1
+
+
+class Flagged:
+    "Has a length (of one pass) but repeats forever, and says so."
+    infinite = True
+
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        while True:
+            yield from range(3)
+
+
+@pytest.mark.parametrize("sampler", [LenRaises(), NoLen(), Flagged()])
+def test_infinite_samplers_need_n_steps(sampler):
+    with pytest.raises(ValueError, match="infinite.*n_steps"):
+        SamplerPlot(sampler)
+    plot = SamplerPlot(sampler, n_steps=5)
+    assert len(plot.steps[0][0]) == 5
+
+
+def test_sampler_plot_skip_fades_and_marks_the_resume_point(tmp_path):
+    sampler = BatchSampler(RandomSampler(range(10), generator=torch.Generator().manual_seed(0)), 4, drop_last=False)
+    plot = SamplerPlot(sampler, n_epochs=2, skip=4)
+    assert plot._offsets == [0, 3, 6]
+    assert [plot._skipped_items(0, e) for e in (0, 1)] == [10, 4]
+    fig = plot.plot()
+    assert any(line.get_color() == "red" for line in fig.axes[0].lines)
+    assert plot.save(tmp_path / "order.png").read_bytes()[:8] == PNG
+    assert SamplerPlot(sampler, n_epochs=2, skip=4, kind="grid").save(tmp_path / "grid.png", epoch=1).exists()
+
+
+@pytest.mark.parametrize("args, kwargs, error, words", [
+    ((SequentialSampler(range(0)),), {}, ValueError, ["rank 0", "length 0"]),
+    (([],), {}, ValueError, ["empty"]),
+    ((lambda rank: SequentialSampler(range(3)),), {}, ValueError, ["n_ranks"]),
+    ((SequentialSampler(range(3)),), {"n_ranks": 2}, ValueError, ["n_ranks=2"]),
+    ((SequentialSampler(range(3)),), {"n_epochs": 0}, ValueError, ["n_epochs"]),
+    ((SequentialSampler(range(3)),), {"skip": -1}, ValueError, ["skip"]),
+    ((SequentialSampler(range(3)),), {"kind": "heatmap"}, ValueError, ["kind", "'heatmap'"]),
+    ((SequentialSampler(range(3)),), {"n_steps": 0}, ValueError, ["n_steps"]),
+    ((42,), {}, TypeError, ["iterable", "int"]),
+    (([["x"]],), {}, TypeError, ["'x'"]),
+])
+def test_sampler_plot_bad_input(args, kwargs, error, words):
+    with pytest.raises(error) as info:
+        SamplerPlot(*args, **kwargs)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_served_accepts_tensors_and_numpy_indices():
+    assert served([torch.tensor([1, 2]), np.int64(3)]) == [[1, 2], [3]]
+
+
+def test_sampler_plot_show_outside_ipython_says_what_to_do(capsys):
+    SamplerPlot(SequentialSampler(range(3))).show()
+    assert "save(path)" in capsys.readouterr().err
