@@ -25,7 +25,7 @@ from .engine import AMPEngine, DeviceEngine, Engine, move_optimizer_state
 from .metrics import MeanReducer, as_reducers
 
 # %% auto #0
-__all__ = ['TARGET_KEYS', 'set_seed', 'n_items', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'Recorder',
+__all__ = ['TARGET_KEYS', 'set_seed', 'n_items', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'smooth', 'Recorder',
            'ProgressCallback', 'default_split_batch', 'LearnerBase', 'LearnerSetup', 'BatchLoop', 'EpochLoop',
            'PausableLoop', 'Learner']
 
@@ -172,7 +172,17 @@ def _over_ranks(engine, reducer) -> float:
     mine = torch.tensor(reducer.per_slot_reduce(), dtype=torch.float64)  # counts up to 2**53 stay exact
     return reducer.cross_slot_reduce([slot.tolist() for slot in engine.sync_tensor(mine, "all_gather")])
 
-# %% ../nbs/04_learner.ipynb #da6efa21
+# %% ../nbs/04_learner.ipynb #553a2803
+def smooth(values, beta: float = 0.98) -> list[float]:
+    "Exponential moving average of `values` with weight `beta` on the past, debiased: the first value is kept."
+    out = []
+    avg = 0.0
+    for i, value in enumerate(values, start=1):
+        avg = beta * avg + (1 - beta) * value
+        out.append(avg / (1 - beta**i))
+    return out
+
+# %% ../nbs/04_learner.ipynb #210efdbf
 class Recorder(EpochRecorder):
     "Records every training batch's loss and hyper-parameters, and per epoch the losses, metrics and time."
     @property
@@ -186,14 +196,9 @@ class Recorder(EpochRecorder):
         return [moms[0] for _, moms in self.hypers]
 
     def smooth_losses(self, beta: float = 0.98) -> list[float]:
-        "Exponential moving average of the batch losses, debiased as in Adam (so the first values are not near 0)."
+        "The batch losses smoothed by `smooth`: the curve `plot_loss`, the live loss chart and the LR finder draw."
         self.flush()
-        out = []
-        avg = 0.0
-        for i, loss in enumerate(self.losses, start=1):
-            avg = beta * avg + (1 - beta) * loss
-            out.append(avg / (1 - beta**i))
-        return out
+        return smooth(self.losses, beta)
 
     def state_dict(self) -> dict:
         self.flush()
