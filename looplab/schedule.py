@@ -177,23 +177,6 @@ class ParamScheduler(Callback):
     def load_state_dict(self, state: dict) -> None:
         self.start_step = state["start_step"]
 
-# %% ../nbs/06_schedules.ipynb #a7224338
-def _stand_in(opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
-    "An optimizer of the class and hyper-parameters of `opt`, on one dummy scalar parameter per group."
-    groups = []
-    for group in opt.param_groups:
-        dummy = {key: copy.deepcopy(value) for key, value in group.items() if key != "params"}
-        dummy["params"] = [torch.zeros(1, requires_grad=True)]
-        groups.append(dummy)
-    accepted = inspect.signature(type(opt).__init__).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    defaults = {key: value for key, value in opt.defaults.items() if takes_any or key in accepted}
-    try:
-        return type(opt)(groups, **defaults)
-    except TypeError as e:
-        raise TypeError(f"cannot build a stand-in {type(opt).__name__} for a scheduler's dry run with "
-                        f"{type(opt).__name__}(param_groups, **{sorted(defaults)}): {e}") from e
-
 # %% ../nbs/06_schedules.ipynb #bbcba3c4
 def dry_run_scheduler(scheduler: Callable, opt: torch.optim.Optimizer, n_steps: int) -> dict[str, list | None]:
     "The LR and momentum of each parameter group at each of `n_steps` steps of `scheduler(opt)`, run on a stand-in for `opt`."
@@ -222,6 +205,23 @@ def dry_run_scheduler(scheduler: Callable, opt: torch.optim.Optimizer, n_steps: 
         except ValueError as e:
             raise ValueError(f"the scheduler failed at step {step + 1} of its dry run over n_steps={n_steps}: {e}") from e
     return {"lr": lrs, "mom": moms}
+
+# %% ../nbs/06_schedules.ipynb #a7224338
+def _stand_in(opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    "An optimizer of the class and hyper-parameters of `opt`, on one dummy scalar parameter per group."
+    groups = []
+    for group in opt.param_groups:
+        dummy = {key: copy.deepcopy(value) for key, value in group.items() if key != "params"}
+        dummy["params"] = [torch.zeros(1, requires_grad=True)]
+        groups.append(dummy)
+    accepted = inspect.signature(type(opt).__init__).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    defaults = {key: value for key, value in opt.defaults.items() if takes_any or key in accepted}
+    try:
+        return type(opt)(groups, **defaults)
+    except TypeError as e:
+        raise TypeError(f"cannot build a stand-in {type(opt).__name__} for a scheduler's dry run with "
+                        f"{type(opt).__name__}(param_groups, **{sorted(defaults)}): {e}") from e
 
 # %% ../nbs/06_schedules.ipynb #73ffc798
 def _plan(sched_fn: Callable | None, mom_fn: Callable | None, scheduler: Callable | None, opt, n_steps: int) -> dict:
@@ -345,19 +345,6 @@ class LRPlot(LRPlan):
                 if self.moms:
                     self.moms[i].append(moms[i])
 
-# %% ../nbs/06_schedules.ipynb #9f516ca4
-def _check_lr(lr, name: str = "lr_max") -> None:
-    "A learning rate, or a list of them (one per parameter group), each > 0."
-    values = lr if isinstance(lr, (list, tuple)) else [lr]
-    if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
-        raise ValueError(f"{name} must be a number > 0 or a list of them (one per parameter group), got {lr!r}")
-
-def _per_group(lr, build: Callable[[float], Callable[[float], float]]):
-    "`build(lr)` for one LR, or a list of them for a list of LRs (one per parameter group)."
-    if isinstance(lr, (list, tuple)):
-        return [build(v) for v in lr]
-    return build(lr)
-
 # %% ../nbs/06_schedules.ipynb #775a834f
 def one_cycle_scheds(lr_max, n_steps: int, div: float = 25.0, div_final: float = 1e4, pct_start: float = 0.25,
                      moms: tuple[float, float, float] | None = (0.95, 0.85, 0.95)) -> dict:
@@ -378,6 +365,19 @@ def one_cycle_scheds(lr_max, n_steps: int, div: float = 25.0, div_final: float =
         scheds["mom"] = combine_scheds(pcts, [Sched(moms[0], moms[1]), Sched(moms[1], moms[2]),
                                               Sched(moms[2], moms[2], anneal_const)])
     return scheds
+
+# %% ../nbs/06_schedules.ipynb #9f516ca4
+def _check_lr(lr, name: str = "lr_max") -> None:
+    "A learning rate, or a list of them (one per parameter group), each > 0."
+    values = lr if isinstance(lr, (list, tuple)) else [lr]
+    if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
+        raise ValueError(f"{name} must be a number > 0 or a list of them (one per parameter group), got {lr!r}")
+
+def _per_group(lr, build: Callable[[float], Callable[[float], float]]):
+    "`build(lr)` for one LR, or a list of them for a list of LRs (one per parameter group)."
+    if isinstance(lr, (list, tuple)):
+        return [build(v) for v in lr]
+    return build(lr)
 
 # %% ../nbs/06_schedules.ipynb #2bd9a665
 def _planned_steps(learn, n_epochs: int, cbs) -> int:
@@ -448,48 +448,6 @@ def fit_flat_cos(learn, n_epochs: int, lr, pct_start: float = 0.75, div_final: f
     learn.fit(n_epochs, cbs=[scheduler, *cbs])
     return scheduler
 
-# %% ../nbs/06_schedules.ipynb #e052d8b2
-def _snapshot(learn) -> dict:
-    "Everything a fit changes, copied: model, optimizers, engine, callbacks, counters, data order, random generators."
-    order = learn.train_order
-    return {"model": copy.deepcopy(learn.model.state_dict()),
-            "opts": {name: copy.deepcopy(opt.state_dict()) for name, opt in learn.opts.items()},
-            "opt": next((name for name, opt in learn.opts.items() if opt is learn.opt), None),
-            "engine": copy.deepcopy(learn.engine.state_dict()),
-            "cbs": [(cb, copy.deepcopy(cb.state_dict())) for cb in learn.cbs],
-            "attrs": {k: copy.copy(getattr(learn, k)) for k in _LOOP_ATTRS},
-            "order": copy.deepcopy(order.state_dict()) if hasattr(order, "state_dict") else None,
-            "rng": (random.getstate(), np.random.get_state(), torch.get_rng_state(),
-                    torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)}
-
-_LOOP_ATTRS = ("n_epochs", "epoch", "epoch_len", "iter", "n_iter", "n_steps", "lr", "_idle_position", "_resume",
-               "_train_stop", "_phase")
-
-# %% ../nbs/06_schedules.ipynb #e26875c8
-def _restore(learn, snap: dict) -> None:
-    "Put back what `_snapshot` copied."
-    learn.model.load_state_dict(snap["model"])
-    if not snap["opts"]:
-        learn.opts = {}
-        learn.opt = None
-    for name, state in snap["opts"].items():
-        learn.opts[name].load_state_dict(state)
-    if snap["opt"] is not None:
-        learn.opt = learn.opts[snap["opt"]]
-    learn.engine.load_state_dict(snap["engine"])
-    for cb, state in snap["cbs"]:
-        cb.load_state_dict(state)
-    for key, value in snap["attrs"].items():
-        setattr(learn, key, value)
-    if snap["order"] is not None:
-        learn.train_order.load_state_dict(snap["order"])
-    py, np_state, cpu, cuda = snap["rng"]
-    random.setstate(py)
-    np.random.set_state(np_state)
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
-
 # %% ../nbs/06_schedules.ipynb #40d483ea
 class LRFinder(Callback):
     "The LR range test: the LR grows exponentially from `start_lr` to `end_lr` over `n_steps` steps; stops on divergence."
@@ -540,15 +498,47 @@ class LRFinder(Callback):
     def on_validate_begin(self):
         raise CancelValidateException()  # the sweep only looks at training losses
 
-# %% ../nbs/06_schedules.ipynb #d6c1804a
-def _suggest(lrs: list[float], smooth: list[float]) -> dict[str, float]:
-    "The `steep` and `min/10` suggestions from a sweep's LRs and smoothed losses."
-    if len(lrs) < 3:
-        raise ValueError(f"the sweep ran {len(lrs)} steps, too few to suggest an LR: lower start_lr or raise n_steps")
-    lowest = int(np.nanargmin(smooth))
-    head = max(lowest + 1, 3)  # at least three points for a slope
-    slopes = np.gradient(np.asarray(smooth[:head]), np.log10(lrs[:head]))
-    return {"steep": float(lrs[int(np.nanargmin(slopes))]), "min/10": float(lrs[lowest] / 10)}
+# %% ../nbs/06_schedules.ipynb #e052d8b2
+def _snapshot(learn) -> dict:
+    "Everything a fit changes, copied: model, optimizers, engine, callbacks, counters, data order, random generators."
+    order = learn.train_order
+    return {"model": copy.deepcopy(learn.model.state_dict()),
+            "opts": {name: copy.deepcopy(opt.state_dict()) for name, opt in learn.opts.items()},
+            "opt": next((name for name, opt in learn.opts.items() if opt is learn.opt), None),
+            "engine": copy.deepcopy(learn.engine.state_dict()),
+            "cbs": [(cb, copy.deepcopy(cb.state_dict())) for cb in learn.cbs],
+            "attrs": {k: copy.copy(getattr(learn, k)) for k in _LOOP_ATTRS},
+            "order": copy.deepcopy(order.state_dict()) if hasattr(order, "state_dict") else None,
+            "rng": (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+                    torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)}
+
+_LOOP_ATTRS = ("n_epochs", "epoch", "epoch_len", "iter", "n_iter", "n_steps", "lr", "_idle_position", "_resume",
+               "_train_stop", "_phase")
+
+# %% ../nbs/06_schedules.ipynb #e26875c8
+def _restore(learn, snap: dict) -> None:
+    "Put back what `_snapshot` copied."
+    learn.model.load_state_dict(snap["model"])
+    if not snap["opts"]:
+        learn.opts = {}
+        learn.opt = None
+    for name, state in snap["opts"].items():
+        learn.opts[name].load_state_dict(state)
+    if snap["opt"] is not None:
+        learn.opt = learn.opts[snap["opt"]]
+    learn.engine.load_state_dict(snap["engine"])
+    for cb, state in snap["cbs"]:
+        cb.load_state_dict(state)
+    for key, value in snap["attrs"].items():
+        setattr(learn, key, value)
+    if snap["order"] is not None:
+        learn.train_order.load_state_dict(snap["order"])
+    py, np_state, cpu, cuda = snap["rng"]
+    random.setstate(py)
+    np.random.set_state(np_state)
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
 
 # %% ../nbs/06_schedules.ipynb #1d9cb429
 class LRFindResult(FigurePlot):
@@ -580,6 +570,16 @@ class LRFindResult(FigurePlot):
 
     def __repr__(self) -> str:
         return f"LRFindResult({len(self.lrs)} steps, suggestions {self.suggestions})"
+
+# %% ../nbs/06_schedules.ipynb #d6c1804a
+def _suggest(lrs: list[float], smooth: list[float]) -> dict[str, float]:
+    "The `steep` and `min/10` suggestions from a sweep's LRs and smoothed losses."
+    if len(lrs) < 3:
+        raise ValueError(f"the sweep ran {len(lrs)} steps, too few to suggest an LR: lower start_lr or raise n_steps")
+    lowest = int(np.nanargmin(smooth))
+    head = max(lowest + 1, 3)  # at least three points for a slope
+    slopes = np.gradient(np.asarray(smooth[:head]), np.log10(lrs[:head]))
+    return {"steep": float(lrs[int(np.nanargmin(slopes))]), "min/10": float(lrs[lowest] / 10)}
 
 # %% ../nbs/06_schedules.ipynb #1a7e7d0e
 def lr_find(learn, start_lr: float = 1e-7, end_lr: float = 10.0, n_steps: int = 100, stop_div: bool = True,

@@ -28,14 +28,6 @@ from .learner import Recorder, _length, smooth
 __all__ = ['in_notebook', 'Throttle', 'BlitFigure', 'LiveFigure', 'ProgressLine', 'FigurePlot', 'LivePlotWarning', 'LivePlotCore',
            'LivePlot', 'LossChart', 'FitTime', 'LossPlot', 'compare_runs']
 
-# %% ../nbs/05_live_plots.ipynb #cf92a7ce
-def _shell():
-    "The running IPython shell, or None (in a script that never imported IPython)."
-    ipython = sys.modules.get("IPython")
-    if ipython is None:
-        return None
-    return ipython.get_ipython()
-
 # %% ../nbs/05_live_plots.ipynb #af29a7df
 def in_notebook() -> bool:
     "True in a Jupyter kernel that a frontend shows (JupyterLab, Notebook, VS Code); False in scripts, terminal IPython and under nbdev_test."
@@ -43,6 +35,14 @@ def in_notebook() -> bool:
         return False
     shell = _shell()
     return shell is not None and getattr(shell, "kernel", None) is not None
+
+# %% ../nbs/05_live_plots.ipynb #cf92a7ce
+def _shell():
+    "The running IPython shell, or None (in a script that never imported IPython)."
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return None
+    return ipython.get_ipython()
 
 # %% ../nbs/05_live_plots.ipynb #4a2b5ce2
 class Throttle:
@@ -213,19 +213,6 @@ def _grown_limits(current: tuple[float, float] | None, lo: float, hi: float, log
     span = hi - lo if hi > lo else 1.0
     return lo - 0.1 * span, hi + 0.1 * span
 
-# %% ../nbs/05_live_plots.ipynb #223cd433
-def _png(fig: Figure) -> bytes:
-    "A figure as PNG bytes."
-    out = io.BytesIO()
-    fig.savefig(out, format="png")
-    return out.getvalue()
-
-def _set_margins(fig: Figure) -> None:
-    "Fixed margins, in inches, around the axes: as good as `tight_layout` for these plots, without its cost of a draw."
-    width, height = fig.get_size_inches()
-    fig.subplots_adjust(left=0.8 / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.35 / height,
-                        wspace=0.35)
-
 # %% ../nbs/05_live_plots.ipynb #0e25423e
 class FigurePlot:
     "A plot drawn on demand by `plot()`; `save(path)` writes it, and a notebook cell ending with it shows it as a PNG."
@@ -264,6 +251,19 @@ class FigurePlot:
         if not self._ready():
             return None
         return _png(self.plot())
+
+# %% ../nbs/05_live_plots.ipynb #223cd433
+def _png(fig: Figure) -> bytes:
+    "A figure as PNG bytes."
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    return out.getvalue()
+
+def _set_margins(fig: Figure) -> None:
+    "Fixed margins, in inches, around the axes: as good as `tight_layout` for these plots, without its cost of a draw."
+    width, height = fig.get_size_inches()
+    fig.subplots_adjust(left=0.8 / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.35 / height,
+                        wspace=0.35)
 
 # %% ../nbs/05_live_plots.ipynb #8b02b69b
 class LivePlotWarning(UserWarning):
@@ -398,15 +398,6 @@ def _loss_axes(fig: Figure, beta: float, log: bool, n_batches: int | None) -> li
     _set_margins(fig)
     return [raw, smooth, valid]
 
-# %% ../nbs/05_live_plots.ipynb #3ceec5d4
-def _attached_recorder(learn, plot) -> Recorder:
-    "The Learner's Recorder, flushed; a ValueError naming `plot` if it is not attached (nothing would feed the plot)."
-    if not any(cb is learn.recorder for cb in learn.cbs):
-        raise ValueError(f"{type(plot).__name__} draws what learn.recorder records, but the Recorder is not "
-                         "attached to this Learner; add it back with learn.add_cbs(learn.recorder)")
-    learn.recorder.flush()
-    return learn.recorder
-
 # %% ../nbs/05_live_plots.ipynb #f72c96a3
 class LossChart(LivePlot):
     "Live chart of the training loss (each batch and smoothed) and the validation loss (each epoch)."
@@ -468,6 +459,15 @@ class LossChart(LivePlot):
         if self._total is None and len(self.losses) > ax.get_xlim()[1]:
             ax.set_xlim(0, 2 ** math.ceil(math.log2(len(self.losses))))
 
+# %% ../nbs/05_live_plots.ipynb #3ceec5d4
+def _attached_recorder(learn, plot) -> Recorder:
+    "The Learner's Recorder, flushed; a ValueError naming `plot` if it is not attached (nothing would feed the plot)."
+    if not any(cb is learn.recorder for cb in learn.cbs):
+        raise ValueError(f"{type(plot).__name__} draws what learn.recorder records, but the Recorder is not "
+                         "attached to this Learner; add it back with learn.add_cbs(learn.recorder)")
+    learn.recorder.flush()
+    return learn.recorder
+
 # %% ../nbs/05_live_plots.ipynb #fd8458c4
 class FitTime:
     "Time elapsed in a fit, and time left from the batches done since it started (or resumed)."
@@ -489,16 +489,6 @@ class FitTime:
         if self.total is not None and self.first is not None and position > self.first:
             out += f" · {_duration(elapsed * (self.total - position) / (position - self.first))} left"
         return out
-
-# %% ../nbs/05_live_plots.ipynb #d4d11351
-def _progress_widgets(total: int) -> tuple:
-    "A progress bar and a label, displayed side by side (ipywidgets is imported here: scripts never need it)."
-    import ipywidgets
-    from IPython.display import display
-    bar = ipywidgets.IntProgress(value=0, min=0, max=total, description="training")
-    label = ipywidgets.Label(value="starting")
-    display(ipywidgets.HBox([bar, label]))
-    return bar, label
 
 # %% ../nbs/05_live_plots.ipynb #0f20c66f
 class LossPlot(LossChart):
@@ -561,20 +551,15 @@ class LossPlot(LossChart):
         for widget in [w for w in (self.bar, self.label) if w is not None]:
             widget.close()
 
-# %% ../nbs/05_live_plots.ipynb #ccd20a1b
-def _history(name: str, run) -> Recorder:
-    "The Recorder of a run given as a Learner, a Recorder, or a Recorder's state_dict() (its losses and values)."
-    recorder = getattr(run, "recorder", run)
-    if isinstance(run, Mapping) and "losses" in run and "values" in run:
-        recorder = Recorder()  # so that the curves come from the same code: Recorder.smooth_losses
-        recorder.losses = torch.as_tensor(run["losses"], dtype=torch.float64).tolist()
-        recorder.values = list(run["values"])
-    elif not isinstance(recorder, Recorder):
-        raise TypeError(f"run {name!r} must be a Learner, a Recorder or a Recorder's state_dict(), got {type(run).__name__}")
-    recorder.flush()
-    if not recorder.losses:
-        raise ValueError(f"run {name!r} has no training batch to compare")
-    return recorder
+# %% ../nbs/05_live_plots.ipynb #d4d11351
+def _progress_widgets(total: int) -> tuple:
+    "A progress bar and a label, displayed side by side (ipywidgets is imported here: scripts never need it)."
+    import ipywidgets
+    from IPython.display import display
+    bar = ipywidgets.IntProgress(value=0, min=0, max=total, description="training")
+    label = ipywidgets.Label(value="starting")
+    display(ipywidgets.HBox([bar, label]))
+    return bar, label
 
 # %% ../nbs/05_live_plots.ipynb #0e75af66
 def compare_runs(runs: Mapping[str, object], beta: float = 0.98, log: bool = False,
@@ -609,3 +594,18 @@ def compare_runs(runs: Mapping[str, object], beta: float = 0.98, log: bool = Fal
     axes[0].legend(fontsize="small")
     fig.tight_layout()
     return fig
+
+# %% ../nbs/05_live_plots.ipynb #ccd20a1b
+def _history(name: str, run) -> Recorder:
+    "The Recorder of a run given as a Learner, a Recorder, or a Recorder's state_dict() (its losses and values)."
+    recorder = getattr(run, "recorder", run)
+    if isinstance(run, Mapping) and "losses" in run and "values" in run:
+        recorder = Recorder()  # so that the curves come from the same code: Recorder.smooth_losses
+        recorder.losses = torch.as_tensor(run["losses"], dtype=torch.float64).tolist()
+        recorder.values = list(run["values"])
+    elif not isinstance(recorder, Recorder):
+        raise TypeError(f"run {name!r} must be a Learner, a Recorder or a Recorder's state_dict(), got {type(run).__name__}")
+    recorder.flush()
+    if not recorder.losses:
+        raise ValueError(f"run {name!r} has no training batch to compare")
+    return recorder
