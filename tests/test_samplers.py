@@ -1,6 +1,6 @@
-"""Property tests for looplab.samplers and looplab.permutation: the Feistel permutation is a bijection, every
-wrapper gives the order its naive definition gives (with the default order and with the Feistel one), and a
-state taken at any point resumes to the run that never stopped."""
+"""Property tests for looplab.samplers, looplab.resume and looplab.permutation: the Feistel permutation is a
+bijection, every wrapper gives the order its naive definition gives (with the default order and with the Feistel
+one), and a state taken at any point resumes to the run that never stopped (epochwise and VISSL's sampler too)."""
 import itertools
 import json
 import pickle
