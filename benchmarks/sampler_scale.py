@@ -1,6 +1,6 @@
 """How the looplab shuffle scales: memory, time to the first index, seek time and throughput at N = 1e8 and 1e9.
 
-The shuffle is given notebook 11b's never-stored `FeistelPermutation` (`permutation=FeistelPermutation`): the
+The shuffle is given notebook 11c's never-stored `FeistelPermutation` (`permutation=FeistelPermutation`): the
 default order, notebook 01's `shuffled_order` held as an array, is `torch.randperm` — the row it is compared with.
 
 Beside it, in the same run: `torch.randperm(N)` at N = 1e8 (1e9 extrapolated by bytes: it stores N int64s), and

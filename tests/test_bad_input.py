@@ -12,8 +12,9 @@ from looplab.data import ArrayDataset, DataLoaders, EpochBatchSampler, load_digi
 from looplab.engine import AMPEngine, DeviceEngine, Engine
 from looplab.learner import Learner, Recorder, default_split_batch, set_seed
 from looplab.metrics import Accuracy, MeanReducer, wrap_reducer
+from looplab.resume import StatefulDistributedSampler
 from looplab.samplers import (DistributedSampler, ReproducibleShuffleSampler, SeekableBatchSampler, SkipSampler,
-                              StatefulDistributedSampler, make_batch_sampler)
+                              make_batch_sampler)
 from looplab.widgets import LossPlot, Throttle
 
 X, Y = load_digits()

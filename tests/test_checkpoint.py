@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from looplab.checkpoint import (Checkpoint, CheckpointError, atomic_save, load_checkpoint, read_checkpoint,
                                 save_checkpoint, state_digest)
 from looplab.data import DataLoaders, collate_batch, load_digits
-from looplab.samplers import make_batch_sampler, make_epochwise_batch_sampler
+from looplab.resume import make_epochwise_batch_sampler
+from looplab.samplers import make_batch_sampler
 from resume_worker import build_learner, results
 
 WORKER = Path(__file__).resolve().parent / "resume_worker.py"

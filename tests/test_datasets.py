@@ -14,7 +14,7 @@ from looplab.callback import CallbackError
 from looplab.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from looplab.data import DataLoaders, SeededBatchSampler, StatefulLoader, collate_batch, load_digits
 from looplab.learner import Learner, set_seed
-from looplab.samplers import make_epochwise_batch_sampler
+from looplab.resume import make_epochwise_batch_sampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from datasets_worker import AugmentedDigits  # noqa: E402

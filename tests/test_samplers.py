@@ -1,6 +1,6 @@
-"""Property tests for looplab.samplers and looplab.permutation: the Feistel permutation is a bijection, every
-wrapper gives the order its naive definition gives (with the default order and with the Feistel one), and a
-state taken at any point resumes to the run that never stopped."""
+"""Property tests for looplab.samplers, looplab.resume and looplab.permutation: the Feistel permutation is a
+bijection, every wrapper gives the order its naive definition gives (with the default order and with the Feistel
+one), and a state taken at any point resumes to the run that never stopped (epochwise and VISSL's sampler too)."""
 import itertools
 import json
 import pickle
@@ -13,14 +13,14 @@ from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSample
 
 from looplab.data import EpochBatchSampler
 from looplab.permutation import FeistelPermutation
-from looplab.samplers import (DistributedBatchSampler, DistributedSampler, EpochwiseBatchSampler, RepeatBatchSampler,
-                              RepeatSampler, ReproducibleShuffleBatchSampler, ReproducibleShuffleSampler,
-                              SeekableBatchSampler, ShuffledOrder, SkipBatchSampler, SkipSampler,
-                              StatefulDistributedSampler, make_batch_sampler, make_epochwise_batch_sampler)
+from looplab.resume import EpochwiseBatchSampler, StatefulDistributedSampler, make_epochwise_batch_sampler
+from looplab.samplers import (DistributedBatchSampler, DistributedSampler, RepeatBatchSampler, RepeatSampler,
+                              ReproducibleShuffleBatchSampler, ReproducibleShuffleSampler, SeekableBatchSampler,
+                              ShuffledOrder, SkipBatchSampler, SkipSampler, make_batch_sampler)
 
 FAST = settings(max_examples=40, deadline=None)
 seeds = st.integers(0, 2**64 - 1)
-permutations = st.sampled_from([ShuffledOrder, FeistelPermutation])  # the default order, and notebook 11b's
+permutations = st.sampled_from([ShuffledOrder, FeistelPermutation])  # the default order, and notebook 11c's
 
 
 class IterOnly(Sampler):
