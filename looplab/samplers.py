@@ -31,11 +31,6 @@ __all__ = ['LayerProtocol', 'SamplerLayer', 'ShuffledOrder', 'ReproducibleShuffl
            'RepeatSampler', 'RepeatBatchSampler', 'DistributedSampler', 'DistributedBatchSampler',
            'SeekableBatchSampler', 'SkipSampler', 'SkipBatchSampler', 'make_batch_sampler', 'served', 'SamplerPlot']
 
-# %% ../nbs/11_samplers.ipynb #69f211fc
-def _missing(layer, method: str) -> str:
-    "The message for a layer that does not define a method of the protocol."
-    return f"{type(layer).__name__} does not define {method}, which every layer must (see LayerProtocol)"
-
 # %% ../nbs/11_samplers.ipynb #dea2ce26
 class LayerProtocol(Sampler):
     "What each layer of a sampler chain must say about itself; `SamplerLayer` builds torch's face from it."
@@ -97,6 +92,11 @@ class LayerProtocol(Sampler):
     def infinite(self) -> bool:
         "Whether the stream never ends."
         return self._inner.infinite
+
+# %% ../nbs/11_samplers.ipynb #69f211fc
+def _missing(layer, method: str) -> str:
+    "The message for a layer that does not define a method of the protocol."
+    return f"{type(layer).__name__} does not define {method}, which every layer must (see LayerProtocol)"
 
 # %% ../nbs/11_samplers.ipynb #9321ea66
 def _elements(layer):
@@ -515,7 +515,7 @@ class RepeatSampler(SamplerLayer):
     def _position(self) -> int:
         return self._anchor
 
-# %% ../nbs/11_samplers.ipynb #b316a7c9
+# %% ../nbs/11_samplers.ipynb #e73d4de4
 class RepeatBatchSampler(RepeatSampler):
     "Pass after pass of `batch_sampler`, forever; pass k is the inner sampler's epoch k, and `len()` is one pass."
     _batches = True
@@ -558,19 +558,7 @@ class _ScaledLayer(SamplerLayer):
                              f"position {position} of its inner stream: not a multiple of {self._factor_name}")
         return position // self._factor
 
-# %% ../nbs/11_samplers.ipynb #b5c00636
-def _num_replicas(num_replicas, num_workers, owner: str) -> int:
-    "The number of ranks, given as `num_replicas` or as Determined's `num_workers` (not both, unless they agree)."
-    if num_replicas is None and num_workers is None:
-        raise TypeError(f"{owner} needs num_replicas, the number of ranks (processes) that share the data")
-    if num_replicas is not None and num_workers is not None and num_replicas != num_workers:
-        raise ValueError(f"{owner} got num_replicas={num_replicas!r} and num_workers={num_workers!r}: they are two "
-                         f"names of the number of ranks; pass num_replicas only")
-    if num_replicas is None:
-        return check_int("num_workers (the number of ranks)", num_workers, 1)
-    return check_int("num_replicas", num_replicas, 1)
-
-# %% ../nbs/11_samplers.ipynb #d8ae3850
+# %% ../nbs/11_samplers.ipynb #de3aa6c7
 class DistributedSampler(_ScaledLayer):
     "Rank `rank` of `num_replicas` ranks takes positions rank, rank + W, rank + 2W, ... of `sampler` (W = num_replicas)."
     _factor_name = "num_replicas"
@@ -609,7 +597,6 @@ class DistributedSampler(_ScaledLayer):
     def _config(self) -> dict:
         return {"num_replicas": self.num_replicas, "rank": self.rank}
 
-# %% ../nbs/11_samplers.ipynb #83da9ce7
 class DistributedBatchSampler(DistributedSampler):
     "Rank `rank` of `num_replicas` takes batches rank, rank + num_replicas, ... of `batch_sampler`."
     _batches = True
@@ -618,12 +605,17 @@ class DistributedBatchSampler(DistributedSampler):
                  num_workers: int | None = None):
         super().__init__(batch_sampler, num_replicas, rank, num_workers=num_workers)
 
-# %% ../nbs/11_samplers.ipynb #b4cb8803
-def _check_bool(name: str, value) -> bool:
-    "`value` if it is a bool; a TypeError naming `name` otherwise (1 and 'yes' are surely mistakes)."
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool (True or False), got {value!r} of type {type(value).__name__}")
-    return value
+# %% ../nbs/11_samplers.ipynb #b5c00636
+def _num_replicas(num_replicas, num_workers, owner: str) -> int:
+    "The number of ranks, given as `num_replicas` or as Determined's `num_workers` (not both, unless they agree)."
+    if num_replicas is None and num_workers is None:
+        raise TypeError(f"{owner} needs num_replicas, the number of ranks (processes) that share the data")
+    if num_replicas is not None and num_workers is not None and num_replicas != num_workers:
+        raise ValueError(f"{owner} got num_replicas={num_replicas!r} and num_workers={num_workers!r}: they are two "
+                         f"names of the number of ranks; pass num_replicas only")
+    if num_replicas is None:
+        return check_int("num_workers (the number of ranks)", num_workers, 1)
+    return check_int("num_replicas", num_replicas, 1)
 
 # %% ../nbs/11_samplers.ipynb #22955d0c
 class SeekableBatchSampler(_ScaledLayer):
@@ -675,7 +667,14 @@ class SeekableBatchSampler(_ScaledLayer):
     def _config(self) -> dict:
         return {"batch_size": self.batch_size, "drop_last": int(self.drop_last)}
 
-# %% ../nbs/11_samplers.ipynb #4e4859a2
+# %% ../nbs/11_samplers.ipynb #b4cb8803
+def _check_bool(name: str, value) -> bool:
+    "`value` if it is a bool; a TypeError naming `name` otherwise (1 and 'yes' are surely mistakes)."
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {value!r} of type {type(value).__name__}")
+    return value
+
+# %% ../nbs/11_samplers.ipynb #aa0edae6
 class SkipSampler(SamplerLayer):
     "The stream of `sampler` after its first `skip` items; `len()` is `sampler`'s, as in Determined."
     def __init__(self, sampler, skip: int):
@@ -725,22 +724,12 @@ class SkipSampler(SamplerLayer):
             raise ValueError(f"a {type(self).__name__} with skip={self.skip} cannot start before its skip")
         return position
 
-# %% ../nbs/11_samplers.ipynb #9d362967
 class SkipBatchSampler(SkipSampler):
     "The batches of `batch_sampler` after its first `skip`: a direct jump when every layer below can seek."
     _batches = True
 
     def __init__(self, batch_sampler, skip: int):
         super().__init__(batch_sampler, skip)
-
-# %% ../nbs/11_samplers.ipynb #b0da1a2d
-def _sampler_of(sampler_or_dataset, owner: str):
-    "The sampler to build on: a sampler or range as it is, a dataset's indices in order."
-    if isinstance(sampler_or_dataset, (Sampler, range)):
-        return sampler_or_dataset
-    if hasattr(sampler_or_dataset, "__len__"):
-        return range(len(sampler_or_dataset))
-    raise TypeError(f"{owner} needs a sampler or a dataset with a len(), got {type(sampler_or_dataset).__name__}")
 
 # %% ../nbs/11_samplers.ipynb #f6d13677
 def make_batch_sampler(sampler_or_dataset, mode: str, shuffle_seed: int | None, num_replicas: int | None = None,
@@ -766,6 +755,15 @@ def make_batch_sampler(sampler_or_dataset, mode: str, shuffle_seed: int | None, 
     sampler = RepeatSampler(sampler)
     sampler = DistributedSampler(sampler, num_replicas, rank, num_workers=num_workers)
     return SkipBatchSampler(SeekableBatchSampler(sampler, batch_size), skip)
+
+# %% ../nbs/11_samplers.ipynb #b0da1a2d
+def _sampler_of(sampler_or_dataset, owner: str):
+    "The sampler to build on: a sampler or range as it is, a dataset's indices in order."
+    if isinstance(sampler_or_dataset, (Sampler, range)):
+        return sampler_or_dataset
+    if hasattr(sampler_or_dataset, "__len__"):
+        return range(len(sampler_or_dataset))
+    raise TypeError(f"{owner} needs a sampler or a dataset with a len(), got {type(sampler_or_dataset).__name__}")
 
 # %% ../nbs/11_samplers.ipynb #234f5400
 def _is_infinite(sampler) -> bool:
