@@ -1,4 +1,4 @@
-"""SamplerPlot (notebook 11, looplab.samplers): which dataset index each rank is served at each step, over epochs."""
+"""SamplerPlot (notebook 11d, looplab.sampler_plot): which dataset index each rank is served at each step, over epochs."""
 import numpy as np
 import pytest
 import torch
@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 from torch.utils.data import DistributedSampler as TorchDistributedSampler  # torch's (dataset, num_replicas, rank)
 
-from looplab.samplers import SamplerPlot, served
+from looplab.sampler_plot import SamplerPlot, served
 
 from helpers import PNG
 
