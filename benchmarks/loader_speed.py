@@ -1,4 +1,4 @@
-"""Items per second of `DataLoaders.from_datasets` (looplab's order, every item seeded from (seed, epoch, position))
+"""Items per second of `looplab.datasets.from_datasets` (looplab's order, every item seeded from (seed, epoch, position))
 against a plain `DataLoader(shuffle=True)` over the same dataset, whose items cost about 50 µs each (a busy wait,
 as decoding and augmenting a small image would) plus a random augmentation, with 0 and 2 worker processes.
 
@@ -16,7 +16,7 @@ import time
 import torch
 from torch.utils.data import DataLoader
 
-from looplab.data import DataLoaders, ItemKey, SeededDataset, item_seeds
+from looplab.datasets import ItemKey, SeededDataset, from_datasets, item_seeds
 
 
 class CostlyItems:
@@ -49,7 +49,7 @@ def measure(num_workers: int, rounds: int, n_items: int, cost_us: float, bs: int
     ds = CostlyItems(n_items, cost_us)
     persistent = num_workers > 0
     plain = DataLoader(ds, batch_size=bs, shuffle=True, num_workers=num_workers, persistent_workers=persistent)
-    seeded = DataLoaders.from_datasets(ds, bs=bs, num_workers=num_workers, persistent_workers=persistent,
+    seeded = from_datasets(ds, bs=bs, num_workers=num_workers, persistent_workers=persistent,
                                        seed_generators=generators).train
     items_per_second(plain, n_items)  # warm-up: start the workers, fill the caches
     items_per_second(seeded, n_items)

@@ -273,7 +273,7 @@ def _check_can_resume_mid_epoch(learn, what: str) -> None:
         return
     raise ValueError(f"{what}: dls.train ({type(learn.dls.train).__name__}) cannot restart in the middle of an "
                      "epoch, so that checkpoint could never be loaded. Build the training loader with "
-                     "DataLoaders.from_datasets (your Dataset, with workers and reproducible augmentations) or "
+                     "looplab.datasets.from_datasets (your Dataset, with workers and reproducible augmentations) or "
                      "DataLoaders.from_tensors, or use a resumable loader (a batch sampler with set_epoch and "
                      "set_start_iter, or a loader with state_dict/load_state_dict such as torchdata's "
                      "StatefulDataLoader); or save at epoch ends only, e.g. Checkpoint(path, at_epoch_end=True)")

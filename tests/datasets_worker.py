@@ -15,7 +15,8 @@ from torch import nn
 
 from looplab.callback import Callback, CancelFitException
 from looplab.checkpoint import Checkpoint, load_checkpoint
-from looplab.data import DataLoaders, load_digits
+from looplab.data import load_digits
+from looplab.datasets import from_datasets
 from looplab.learner import Learner, set_seed
 
 N_EPOCHS = 2
@@ -72,7 +73,7 @@ def build_learner(num_workers: int, persistent: bool, cbs=()) -> Learner:
     "The same learner every time: augmented digits through from_datasets, dropout, momentum."
     set_seed(5)
     x, y = load_digits()
-    dls = DataLoaders.from_datasets(AugmentedDigits(x[:640], y[:640]), AugmentedDigits(x[640:800], y[640:800]),
+    dls = from_datasets(AugmentedDigits(x[:640], y[:640]), AugmentedDigits(x[640:800], y[640:800]),
                                     bs=64, seed=9, num_workers=num_workers, persistent_workers=persistent)
     model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 10))
     lrn = Learner(model, dls, lr=0.1, opt_func=lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=0.9),

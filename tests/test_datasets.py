@@ -12,7 +12,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from looplab.callback import CallbackError
 from looplab.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from looplab.data import DataLoaders, SeededBatchSampler, StatefulLoader, collate_batch, load_digits
+from looplab.data import DataLoaders, StatefulLoader, collate_batch, load_digits
+from looplab.datasets import SeededBatchSampler, from_datasets
 from looplab.learner import Learner, set_seed
 from looplab.resume import make_epochwise_batch_sampler
 
@@ -74,7 +75,7 @@ def test_plain_loader_refuses_every_n_batches_before_the_first_batch(tmp_path):
         lrn.fit(1)
     message = str(info.value.__cause__)
     assert isinstance(info.value.__cause__, ValueError)
-    for fragment in ("every_n_batches=5", "cannot restart in the middle of an epoch", "from_datasets",
+    for fragment in ("every_n_batches=5", "cannot restart in the middle of an epoch", "looplab.datasets.from_datasets",
                      "from_tensors", "StatefulDataLoader"):
         assert fragment in message, message
     assert lrn.n_iter == 0 and not path.exists() and list(tmp_path.iterdir()) == []
@@ -83,7 +84,7 @@ def test_plain_loader_refuses_every_n_batches_before_the_first_batch(tmp_path):
 def test_plain_loader_refuses_a_mid_epoch_save(tmp_path):
     lrn = plain_learner([StopAfter(n_iter=3)])
     lrn.fit(1)
-    with pytest.raises(ValueError, match="after batch 3 of epoch 0.*from_datasets"):
+    with pytest.raises(ValueError, match="after batch 3 of epoch 0.*looplab.datasets.from_datasets"):
         save_checkpoint(lrn, tmp_path / "mid.pt")
     assert not (tmp_path / "mid.pt").exists()
 
@@ -161,17 +162,17 @@ def test_bad_input_names_the_argument():
             return iter(zip(x, y))
 
     with pytest.raises(TypeError, match="train_ds is a Stream without __len__.*looks like an IterableDataset"):
-        DataLoaders.from_datasets(Stream())
+        from_datasets(Stream())
     with pytest.raises(ValueError, match="num_workers must be an int >= 0, got -1"):
-        DataLoaders.from_datasets(ds, num_workers=-1)
+        from_datasets(ds, num_workers=-1)
     with pytest.raises(ValueError, match="bs must be an int >= 1, got 0"):
-        DataLoaders.from_datasets(ds, bs=0)
+        from_datasets(ds, bs=0)
     with pytest.raises(TypeError, match="collate_fn must be None .* got 3"):
-        DataLoaders.from_datasets(ds, collate_fn=3)
+        from_datasets(ds, collate_fn=3)
     with pytest.raises(ValueError, match="persistent_workers=True needs worker processes"):
-        DataLoaders.from_datasets(ds, persistent_workers=True)
+        from_datasets(ds, persistent_workers=True)
     with pytest.raises(ValueError, match="train_ds is empty"):
-        DataLoaders.from_datasets(AugmentedDigits(x[:0], y[:0]))
+        from_datasets(AugmentedDigits(x[:0], y[:0]))
 
 
 def test_from_tensors_loader_is_not_wrapped():
