@@ -21,21 +21,9 @@ from . import __version__
 from .callback import Callback
 
 # %% auto #0
-__all__ = ['FORMAT', 'FORMAT_VERSION', 'set_rng_state', 'rng_state', 'learner_state', 'load_learner_state', 'atomic_save',
+__all__ = ['FORMAT', 'FORMAT_VERSION', 'rng_state', 'set_rng_state', 'learner_state', 'load_learner_state', 'atomic_save',
            'state_digest', 'CheckpointError', 'write_checkpoint', 'save_checkpoint', 'read_checkpoint',
            'load_checkpoint', 'Checkpoint']
-
-# %% ../nbs/12_checkpoint.ipynb #7e18af2d
-def set_rng_state(state: dict) -> None:
-    "Restore generator states captured by `rng_state`."
-    py = state["python"]
-    random.setstate((py["version"], tuple(py["mt"]), py["gauss_next"]))
-    npy = state["numpy"]
-    np.random.set_state((npy["kind"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"],
-                         npy["cached"]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 # %% ../nbs/12_checkpoint.ipynb #a445c3cf
 def rng_state() -> dict:
@@ -50,18 +38,17 @@ def rng_state() -> dict:
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
-# %% ../nbs/12_checkpoint.ipynb #efd438b0
-def _callback_states(learn) -> dict:
-    "Each callback's state under its snake_case name, numbered from `_1` when a class appears twice."
-    states = {}
-    for cb in learn.cbs:
-        key = cb.name
-        k = 1
-        while key in states:
-            key = f"{cb.name}_{k}"
-            k += 1
-        states[key] = cb.state_dict()
-    return states
+# %% ../nbs/12_checkpoint.ipynb #7e18af2d
+def set_rng_state(state: dict) -> None:
+    "Restore generator states captured by `rng_state`."
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["mt"]), py["gauss_next"]))
+    npy = state["numpy"]
+    np.random.set_state((npy["kind"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"],
+                         npy["cached"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 # %% ../nbs/12_checkpoint.ipynb #c5a749c3
 def _rng_of_every_rank(engine) -> dict:
@@ -95,31 +82,18 @@ def learner_state(learn) -> dict:
             "data_order": order.state_dict() if hasattr(order, "state_dict") else None,
             "rng": _rng_of_every_rank(learn.engine)}
 
-# %% ../nbs/12_checkpoint.ipynb #94502cc1
-def _check_fits(learn, state: dict) -> None:
-    "Raise a ValueError naming the first part of `state` that does not fit `learn`; change nothing."
-    kind = state["engine"]["kind"]
-    if kind != type(learn.engine).__name__ or set(state["engine"]["state"]) != set(learn.engine.state_dict()):
-        raise ValueError(f"the state was saved by a {kind} with state {sorted(state['engine']['state'])}, but "
-                         f"this learner runs {learn.engine!r} with state {sorted(learn.engine.state_dict())}: "
-                         "build the learner with the same kind of engine")
-    names = sorted(learn.opts) if learn.opts else ["main"]  # without optimizers, create_opt will make "main"
-    if sorted(state["optimizers"]) != names:
-        raise ValueError(f"the state has optimizers {sorted(state['optimizers'])} but this learner has "
-                         f"{names}: create the same optimizers (learn.opts) before loading")
-    epoch, batch = state["loop"]["epoch"], state["loop"]["iter"]
-    if batch and not learn.can_start_mid_epoch:
-        raise ValueError(f"this state was taken in the middle of epoch {epoch} (after batch {batch}), but dls.train "
-                         "cannot start mid-epoch: build it with DataLoaders.from_tensors, or give it a batch sampler "
-                         "with set_epoch and set_start_iter (e.g. looplab.data.EpochBatchSampler)")
-    mine = learn.engine.unwrap_model(learn.model).state_dict()
-    for key in [*state["model"], *mine]:
-        if key not in mine or key not in state["model"]:
-            where = "this model" if key not in mine else "the saved model"
-            raise ValueError(f"the saved model and this model differ: {key!r} is missing from {where}")
-        if state["model"][key].shape != mine[key].shape:
-            raise ValueError(f"the saved model and this model differ at {key!r}: saved shape "
-                             f"{tuple(state['model'][key].shape)}, this model's {tuple(mine[key].shape)}")
+# %% ../nbs/12_checkpoint.ipynb #efd438b0
+def _callback_states(learn) -> dict:
+    "Each callback's state under its snake_case name, numbered from `_1` when a class appears twice."
+    states = {}
+    for cb in learn.cbs:
+        key = cb.name
+        k = 1
+        while key in states:
+            key = f"{cb.name}_{k}"
+            k += 1
+        states[key] = cb.state_dict()
+    return states
 
 # %% ../nbs/12_checkpoint.ipynb #c2b833a0
 def load_learner_state(learn, state: dict) -> None:
@@ -156,6 +130,48 @@ def load_learner_state(learn, state: dict) -> None:
     learn.n_iter = loop["n_iter"]
     learn.n_steps = loop["n_steps"]
 
+# %% ../nbs/12_checkpoint.ipynb #94502cc1
+def _check_fits(learn, state: dict) -> None:
+    "Raise a ValueError naming the first part of `state` that does not fit `learn`; change nothing."
+    kind = state["engine"]["kind"]
+    if kind != type(learn.engine).__name__ or set(state["engine"]["state"]) != set(learn.engine.state_dict()):
+        raise ValueError(f"the state was saved by a {kind} with state {sorted(state['engine']['state'])}, but "
+                         f"this learner runs {learn.engine!r} with state {sorted(learn.engine.state_dict())}: "
+                         "build the learner with the same kind of engine")
+    names = sorted(learn.opts) if learn.opts else ["main"]  # without optimizers, create_opt will make "main"
+    if sorted(state["optimizers"]) != names:
+        raise ValueError(f"the state has optimizers {sorted(state['optimizers'])} but this learner has "
+                         f"{names}: create the same optimizers (learn.opts) before loading")
+    epoch, batch = state["loop"]["epoch"], state["loop"]["iter"]
+    if batch and not learn.can_start_mid_epoch:
+        raise ValueError(f"this state was taken in the middle of epoch {epoch} (after batch {batch}), but dls.train "
+                         "cannot start mid-epoch: build it with DataLoaders.from_tensors, or give it a batch sampler "
+                         "with set_epoch and set_start_iter (e.g. looplab.data.EpochBatchSampler)")
+    mine = learn.engine.unwrap_model(learn.model).state_dict()
+    for key in [*state["model"], *mine]:
+        if key not in mine or key not in state["model"]:
+            where = "this model" if key not in mine else "the saved model"
+            raise ValueError(f"the saved model and this model differ: {key!r} is missing from {where}")
+        if state["model"][key].shape != mine[key].shape:
+            raise ValueError(f"the saved model and this model differ at {key!r}: saved shape "
+                             f"{tuple(state['model'][key].shape)}, this model's {tuple(mine[key].shape)}")
+
+# %% ../nbs/12_checkpoint.ipynb #beca4248
+def atomic_save(obj, path: str | os.PathLike) -> None:
+    "`torch.save(obj)` to `path` so that `path` holds its old content or all of the new one, whenever the process dies."
+    path = _as_path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
 # %% ../nbs/12_checkpoint.ipynb #359bbf7b
 def _as_path(path) -> Path:
     "`path` as a `Path` to a file (which need not exist yet); a TypeError or ValueError says what is wrong."
@@ -177,21 +193,12 @@ def _fsync_dir(directory: Path) -> None:
     finally:
         os.close(fd)
 
-# %% ../nbs/12_checkpoint.ipynb #beca4248
-def atomic_save(obj, path: str | os.PathLike) -> None:
-    "`torch.save(obj)` to `path` so that `path` holds its old content or all of the new one, whenever the process dies."
-    path = _as_path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+# %% ../nbs/12_checkpoint.ipynb #040bab6b
+def state_digest(state) -> str:
+    "SHA-256 of `state`'s structure and contents, in hex; a TypeError names any value that is not plain data."
+    h = hashlib.sha256()
+    _feed(h, state, "state")
+    return h.hexdigest()
 
 # %% ../nbs/12_checkpoint.ipynb #3ef2820b
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
@@ -228,25 +235,13 @@ def _feed(h, obj, where: str) -> None:
                         f"pickle; a state_dict may contain only {_PLAIN} (convert NumPy arrays with "
                         "torch.from_numpy, NumPy scalars with float() or int(), sets with sorted())")
 
-# %% ../nbs/12_checkpoint.ipynb #040bab6b
-def state_digest(state) -> str:
-    "SHA-256 of `state`'s structure and contents, in hex; a TypeError names any value that is not plain data."
-    h = hashlib.sha256()
-    _feed(h, state, "state")
-    return h.hexdigest()
-
-# %% ../nbs/12_checkpoint.ipynb #c03556c0
-FORMAT = "looplab.checkpoint"
-FORMAT_VERSION = 1  # incremented when a change of layout makes old readers wrong
-
 # %% ../nbs/12_checkpoint.ipynb #fbe05ef9
 class CheckpointError(ValueError):
     "A checkpoint file exists but cannot be used: truncated, damaged, not a looplab checkpoint, or holding pickled objects."
 
-# %% ../nbs/12_checkpoint.ipynb #27069c09
-def _prev(path: Path) -> Path:
-    "Where `save_checkpoint` keeps the checkpoint that `path` held before."
-    return path.with_name(path.name + ".prev")
+# %% ../nbs/12_checkpoint.ipynb #c03556c0
+FORMAT = "looplab.checkpoint"
+FORMAT_VERSION = 1  # incremented when a change of layout makes old readers wrong
 
 # %% ../nbs/12_checkpoint.ipynb #f0c8a46f
 def write_checkpoint(state: dict, path: str | os.PathLike, keep_prev: bool = True) -> Path:
@@ -264,6 +259,11 @@ def write_checkpoint(state: dict, path: str | os.PathLike, keep_prev: bool = Tru
         os.replace(link, _prev(path))
     atomic_save({"header": header, "state": state}, path)
     return path
+
+# %% ../nbs/12_checkpoint.ipynb #27069c09
+def _prev(path: Path) -> Path:
+    "Where `save_checkpoint` keeps the checkpoint that `path` held before."
+    return path.with_name(path.name + ".prev")
 
 # %% ../nbs/12_checkpoint.ipynb #e72d860f
 def _check_can_resume_mid_epoch(learn, what: str) -> None:
@@ -288,13 +288,6 @@ def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> P
                                            f"epoch {epoch}")
     learn.engine.save_checkpoint(learner_state(learn), path, keep_prev)
     return path
-
-# %% ../nbs/12_checkpoint.ipynb #530b4080
-def _unreadable(path: Path, problem: str) -> CheckpointError:
-    "A CheckpointError for `path`, pointing to the previous checkpoint when there is one."
-    prev = _prev(path)
-    hint = f"; the previous checkpoint {str(prev)!r} is there to fall back on" if prev.is_file() else ""
-    return CheckpointError(f"checkpoint {str(path)!r} {problem}{hint}")
 
 # %% ../nbs/12_checkpoint.ipynb #d502f602
 def read_checkpoint(path: str | os.PathLike) -> dict:
@@ -333,6 +326,13 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     if digest != header.get("sha256"):
         raise _unreadable(path, "is damaged: its content does not match the SHA-256 digest written with it")
     return ckpt
+
+# %% ../nbs/12_checkpoint.ipynb #530b4080
+def _unreadable(path: Path, problem: str) -> CheckpointError:
+    "A CheckpointError for `path`, pointing to the previous checkpoint when there is one."
+    prev = _prev(path)
+    hint = f"; the previous checkpoint {str(prev)!r} is there to fall back on" if prev.is_file() else ""
+    return CheckpointError(f"checkpoint {str(path)!r} {problem}{hint}")
 
 # %% ../nbs/12_checkpoint.ipynb #12aaab7b
 def load_checkpoint(learn, path: str | os.PathLike) -> dict:
