@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 from torch import nn
