@@ -22,7 +22,7 @@ from PIL import Image as PILImage
 
 from .callback import Callback
 from .checks import check_number
-from .learner import Recorder, _length, smooth
+from .learner import Recorder, _length
 
 # %% auto #0
 __all__ = ['in_notebook', 'Throttle', 'BlitFigure', 'LiveFigure', 'ProgressLine', 'FigurePlot', 'LivePlotWarning', 'LivePlotCore',
