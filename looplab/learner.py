@@ -26,8 +26,8 @@ from .metrics import MeanReducer, as_reducers
 
 # %% auto #0
 __all__ = ['TARGET_KEYS', 'set_seed', 'n_items', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'smooth', 'Recorder',
-           'ProgressCallback', 'default_split_batch', 'LearnerBase', 'LearnerSetup', 'BatchLoop', 'EpochLoop',
-           'PausableLoop', 'Learner']
+           'ProgressCallback', 'default_split_batch', 'LearnerBase', 'LearnerSetup', 'BatchLoop', 'ValidationLoop',
+           'EpochLoop', 'PausableLoop', 'Learner']
 
 # %% ../nbs/04_learner.ipynb #01a187c9
 def set_seed(seed: int) -> None:
@@ -531,8 +531,32 @@ class BatchLoop(LearnerSetup):
             if not isinstance(cancel, CancelZeroGradException):
                 raise  # a broader cancel: on to the enclosing phase
 
-# %% ../nbs/04_learner.ipynb #9b85195d
-class EpochLoop(BatchLoop):
+# %% ../nbs/04_learner.ipynb #0748a74f
+class ValidationLoop(BatchLoop):
+    "One batch, plus a validation pass: every batch of a loader, without gradients, in `eval` mode, with its events."
+    def _validate_epoch(self, dl) -> None:
+        if dl is None:
+            return
+        self._phase = "validate"
+        self.training = False
+        self.model.eval()
+        self.dl = dl
+        try:
+            self.cbh("on_validate_begin")
+            move = self.engine.moves_batches
+            with torch.no_grad():
+                for i, batch in enumerate(dl):
+                    self.iter = i
+                    self.xb, self.yb = self.split_batch(self.engine.sync_device(batch) if move else batch)
+                    self._do_batch()
+            self.cbh("on_validate_end")
+        except CancelException as cancel:
+            self.cbh("on_validate_cancel")
+            if not isinstance(cancel, CancelValidateException):
+                raise  # a broader cancel: on to the enclosing phase
+
+# %% ../nbs/04_learner.ipynb #c5168ecf
+class EpochLoop(ValidationLoop):
     "One batch, plus the epochs: set the data order, train on every batch, validate, with their events."
     def _do_epoch(self, first_iter: int, resume) -> None:
         self._phase = "train"
@@ -576,27 +600,6 @@ class EpochLoop(BatchLoop):
         self._train_stop = self.iter + 1
         if self._train_stop == 0:
             raise ValueError("the training dataloader dls.train yielded no batch in this epoch")
-
-    def _validate_epoch(self, dl) -> None:
-        if dl is None:
-            return
-        self._phase = "validate"
-        self.training = False
-        self.model.eval()
-        self.dl = dl
-        try:
-            self.cbh("on_validate_begin")
-            move = self.engine.moves_batches
-            with torch.no_grad():
-                for i, batch in enumerate(dl):
-                    self.iter = i
-                    self.xb, self.yb = self.split_batch(self.engine.sync_device(batch) if move else batch)
-                    self._do_batch()
-            self.cbh("on_validate_end")
-        except CancelException as cancel:
-            self.cbh("on_validate_cancel")
-            if not isinstance(cancel, CancelValidateException):
-                raise  # a broader cancel: on to the enclosing phase
 
 # %% ../nbs/04_learner.ipynb #6a4744ee
 class PausableLoop(EpochLoop):
