@@ -1,5 +1,5 @@
 """Time per batch of the bare five-line loop against `Learner.fit` with its default callbacks and engine (and with
-the live loss plot of looplab.widgets, with AMPEngine(bfloat16) against a bare loop that autocasts the same way, and
+the live loss plot of looplab.loss_plot, with AMPEngine(bfloat16) against a bare loop that autocasts the same way, and
 with a realistic stack — fit_one_cycle, GradientClipping and the Recorder — against a bare loop that sets the same
 1cycle LR and momentum, clips and records by hand).
 
@@ -22,9 +22,9 @@ from torch import nn
 from looplab.data import DataLoaders
 from looplab.engine import AMPEngine
 from looplab.learner import Learner
+from looplab.loss_plot import LossPlot
 from looplab.regularize import GradientClipping
 from looplab.schedule import fit_one_cycle, one_cycle_scheds
-from looplab.widgets import LossPlot
 
 
 def make_workload(n_in, hidden, n_out, bs, n_batches, seed=0):

@@ -17,7 +17,7 @@ import torch
 from .callback import Callback, CancelFitException
 from .checks import check_int, check_number
 from .learner import set_seed
-from .widgets import compare_runs
+from .loss_plot import compare_runs
 
 # %% auto #0
 __all__ = ['MonitorCallback', 'EarlyStopping', 'SaveBestModel', 'SWA', 'TensorBoardLogger', 'ablate', 'Ablation']

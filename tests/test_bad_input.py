@@ -11,11 +11,12 @@ from looplab.checkpoint import Checkpoint, learner_state, load_learner_state, re
 from looplab.data import ArrayDataset, DataLoaders, EpochBatchSampler, load_digits, make_rings
 from looplab.engine import AMPEngine, DeviceEngine, Engine
 from looplab.learner import Learner, Recorder, default_split_batch, set_seed
+from looplab.loss_plot import LossPlot
 from looplab.metrics import Accuracy, MeanReducer, wrap_reducer
 from looplab.resume import StatefulDistributedSampler
 from looplab.samplers import (DistributedSampler, ReproducibleShuffleSampler, SeekableBatchSampler, SkipSampler,
                               make_batch_sampler)
-from looplab.widgets import LossPlot, Throttle
+from looplab.widgets import Throttle
 
 X, Y = load_digits()
 TINY = DataLoaders([(X[:8], Y[:8])], None)

@@ -1,61 +1,25 @@
-"""Headless behaviour of looplab.widgets: text fallback, off-screen drawing, throttling, bad input, robustness."""
+"""Headless behaviour of looplab.widgets: text fallback, off-screen drawing, throttling, bad input.
+
+The live loss plot and compare_runs, built on it, are tested in test_loss_plot.py."""
 import io
-import math
-import re
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
-from torch import nn
 
 import looplab.widgets as widgets
-from looplab.callback import Callback, CallbackError
-from looplab.data import DataLoaders
-from looplab.metrics import Accuracy
-from looplab.widgets import (LivePlotWarning, LiveFigure, LossPlot, ProgressLine, Throttle, compare_runs, in_notebook)
+from looplab.widgets import LiveFigure, ProgressLine, Throttle, in_notebook
 
-from helpers import PNG, make_dls, make_learner
-
-
-class Every(Callback):
-    "Calls `fn(learn)` at every training batch's on_batch_begin, counting them."
-    def __init__(self, fn):
-        self.fn = fn
-        self.n = 0
-
-    def on_batch_begin(self):
-        if self.learn.training:
-            self.n += 1
-            self.fn(self)
+from helpers import PNG
 
 
 class FakeTerminal(io.StringIO):
     def isatty(self):
         return True
-
-
-class FakeShell:
-    "Stands for an IPython shell, so that the widget code paths run; IPython's display prints outside a kernel."
-
-
-@pytest.fixture
-def always_due(monkeypatch):
-    "Make every throttle due at every batch: the tests then do not depend on how fast this machine draws."
-    monkeypatch.setattr(Throttle, "due", lambda self: True)
-
-
-@pytest.fixture
-def notebook_like(monkeypatch):
-    "Make looplab.widgets believe it runs in a notebook with a frontend (widgets are created, display prints)."
-    monkeypatch.setattr(widgets, "_shell", lambda: FakeShell())
-    monkeypatch.setattr(widgets, "in_notebook", lambda: True)
-    monkeypatch.delenv("IN_TEST", raising=False)
 
 
 # --- where are we ---------------------------------------------------------------------------------------------
@@ -66,8 +30,9 @@ import io, sys, torch
 from torch import nn
 from looplab.data import DataLoaders
 from looplab.learner import Learner
+from looplab.loss_plot import LossPlot
 from looplab.schedule import LRPlot
-from looplab.widgets import LossPlot, in_notebook
+from looplab.widgets import in_notebook
 x = torch.randn(64, 4); y = (x[:, 0] > 0).long()
 batches = [(x[i:i + 8], y[i:i + 8]) for i in range(0, 64, 8)]
 learn = Learner(nn.Linear(4, 2), DataLoaders(batches, batches[:2]), lr=0.1)
@@ -147,24 +112,6 @@ def test_grown_limits_hold_the_range_and_are_stable(lo, extent, log):
     assert widgets._grown_limits(limits, lo, hi, log) == limits  # nothing new: the background is kept
 
 
-def test_loss_plot_smooths_as_the_recorder_does_at_every_draw_and_across_fits(always_due):
-    learn = make_learner()
-    learn.fit(1)
-    plot = LossPlot(mode="widget", beta=0.9)
-    checked = []
-    fill = plot._fill
-
-    def checking_fill(fig, artists, grow):
-        n = len(plot.losses)
-        checked.append(plot.smooth == learn.recorder.smooth_losses(0.9)[16:16 + n] and len(plot.smooth) == n)
-        fill(fig, artists, grow)
-
-    plot._fill = checking_fill
-    learn.fit(1, cbs=plot)
-    assert len(checked) > 5 and all(checked)
-    assert plot.smooth == learn.recorder.smooth_losses(0.9)[16:]  # the second fit goes on from the first's average
-
-
 # --- the live figure ------------------------------------------------------------------------------------------
 
 def test_live_figure_blits_and_blitting_draws_what_a_full_draw_draws():
@@ -186,193 +133,3 @@ def test_live_figure_blits_and_blitting_draws_what_a_full_draw_draws():
     ax.set_xlim(0, 20)
     live.render()
     assert live.n_full_draws == 3
-
-
-# --- LossPlot -------------------------------------------------------------------------------------------------
-
-def test_loss_plot_text_mode_matches_the_recorder_and_prints_one_summary_line():
-    learn = make_learner(metrics=[Accuracy()])
-    out = io.StringIO()
-    plot = LossPlot(file=out)
-    learn.fit(3, cbs=plot)
-    assert plot.live is None
-    assert plot.losses == learn.recorder.losses
-    assert plot.smooth == learn.recorder.smooth_losses()
-    assert plot.valid_steps == [16, 32, 48]
-    assert plot.valid_losses == [row["valid_loss"] for row in learn.recorder.values]
-    assert out.getvalue().count("\n") == 1 and out.getvalue().startswith("LossPlot: 48 training batches")
-
-
-def test_loss_plot_on_a_terminal_rewrites_a_progress_line_with_time_left(always_due):
-    learn = make_learner()
-    term = FakeTerminal()
-    plot = LossPlot(file=term)
-    learn.fit(2, cbs=plot)
-    text = term.getvalue()
-    lines = text.split("\r")
-    assert re.fullmatch(r"epoch 1/2 · batch \d+/16 · loss \d\.\d{4} · 0:00 elapsed · 0:\d\d left", lines[1])
-    assert any(line.startswith("epoch 2/2 · batch ") for line in lines)  # the budget spaces them out
-    assert lines[-2].strip() == "" and lines[-1].startswith("LossPlot: 32 training batches")  # blanked, then finished
-
-
-def test_loss_plot_widget_mode_without_frontend_draws_off_screen_and_blits(always_due):
-    learn = make_learner(dls=make_dls(n=1024))
-    plot = LossPlot(mode="widget", log=True)
-    learn.fit(2, cbs=plot)
-    assert plot.bar is None and plot.live.handle is None  # nothing to show widgets in
-    assert plot.live.n_draws > 20
-    assert plot.live.n_full_draws < plot.live.n_draws / 4  # the background is rarely redrawn
-    assert plot.losses == learn.recorder.losses
-    assert Image.open(io.BytesIO(plot.live.png)).size == (560, 280)
-
-
-def test_loss_plot_syncs_nothing_between_draws(monkeypatch):
-    learn = make_learner()
-    plot = LossPlot(mode="widget", every_ms=1e9)  # never due during training
-    flushes = []
-    original = learn.recorder.flush
-    monkeypatch.setattr(learn.recorder, "flush", lambda: (flushes.append(learn.training), original())[1])
-    learn.fit(2, cbs=plot)
-    assert plot.live.n_draws == 1  # the final draw, always
-    assert len(plot.losses) == 32
-    assert flushes and not any(flushes)  # losses were converted only outside training batches
-
-
-def test_loss_plot_second_fit_draws_only_its_own_batches():
-    learn = make_learner()
-    learn.fit(1)
-    plot = LossPlot(mode="widget")
-    learn.fit(1, cbs=plot)
-    assert plot.losses == learn.recorder.losses[16:]
-
-
-def test_loss_plot_survives_non_finite_losses(always_due):
-    calls = [0]
-
-    def sometimes_nan(preds, yb):
-        calls[0] += 1
-        loss = nn.functional.cross_entropy(preds, yb)
-        if calls[0] % 5 == 0:
-            return torch.full_like(loss, math.nan) + 0 * loss  # a NaN value whose gradient is 0
-        return loss
-
-    learn = make_learner(loss_func=sometimes_nan)
-    plot = LossPlot(mode="widget")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", LivePlotWarning)
-        learn.fit(1, cbs=plot)
-    assert sum(math.isnan(v) for v in plot.losses) == 3 and plot.live.n_draws > 1
-    low, high = plot.live.fig.axes[0].get_ylim()
-    assert math.isfinite(low) and math.isfinite(high)
-    assert plot._repr_png_()[:8] == PNG
-
-
-def test_loss_plot_with_a_loader_without_length(always_due):
-    batches = make_dls().train
-
-    class Stream:
-        def __iter__(self):
-            return iter(batches)
-
-    learn = make_learner(dls=DataLoaders(Stream(), None))
-    plot = LossPlot(mode="widget")
-    learn.fit(2, cbs=plot)
-    assert plot._total is None and len(plot.losses) == 32
-    assert plot.live.fig.axes[0].get_xlim()[1] >= 32
-
-
-def test_loss_plot_fit_zero_epochs_and_plot_before_training():
-    learn = make_learner()
-    out = io.StringIO()
-    plot = LossPlot(file=out)
-    learn.fit(0, cbs=plot)
-    assert out.getvalue() == "LossPlot: no training batch\n"
-    with pytest.raises(ValueError, match="nothing to plot yet"):
-        plot.save("never.png")
-    assert plot._repr_png_() is None
-    widget = LossPlot(mode="widget")
-    learn.fit(0, cbs=widget)
-    assert widget.live.n_draws == 0
-
-
-def test_loss_plot_without_recorder_says_so_and_does_not_hide_it():
-    learn = make_learner()
-    learn.remove_cbs(learn.recorder)
-    with pytest.raises(CallbackError, match="Recorder is not attached"):
-        learn.fit(1, cbs=LossPlot())
-
-
-@pytest.mark.parametrize("kwargs, words", [({"beta": 1}, ["beta"]), ({"beta": -0.1}, ["beta"]),
-                                           ({"mode": "gui"}, ["mode", "'gui'"]), ({"every_ms": 0}, ["every_ms"])])
-def test_loss_plot_refuses_bad_arguments(kwargs, words):
-    with pytest.raises(ValueError) as info:
-        LossPlot(**kwargs)
-    for word in words:
-        assert word in str(info.value)
-
-
-def test_loss_plot_in_a_notebook_shows_a_progress_bar_that_ends_full(notebook_like, capsys):
-    learn = make_learner()
-    plot = LossPlot()
-    learn.fit(2, cbs=plot)
-    assert plot.live is not None and plot.bar is not None
-    assert plot.bar.max == 32 and plot.bar.value == 32 and plot.bar.bar_style == "success"
-    assert plot.label.value.startswith("32 training batches in ")
-
-
-def test_closing_the_widgets_during_training_does_not_stop_it(notebook_like, capsys, always_due):
-    import ipywidgets
-    learn = make_learner()
-    plot = LossPlot()
-    closer = Every(lambda cb: plot.close() if cb.n == 3 else None)
-    learn.fit(1, cbs=[plot, closer])
-    assert len(plot.losses) == 16 and closer.n == 16
-    plot2 = LossPlot()
-    closer = Every(lambda cb: ipywidgets.Widget.close_all() if cb.n == 3 else None)  # a frontend gone
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", LivePlotWarning)
-        learn.fit(1, cbs=[plot2, closer])
-    assert len(plot2.losses) == 16 and plot2.live.n_draws > 3
-
-
-def test_a_failing_display_warns_once_and_training_goes_on(notebook_like, capsys, always_due):
-    learn = make_learner()
-    plot = LossPlot()
-
-    class GoneHandle:
-        def update(self, obj):
-            raise ConnectionError("the frontend went away")
-
-    breaker = Every(lambda cb: setattr(plot.live, "handle", GoneHandle()) if cb.n == 2 else None)
-    with pytest.warns(LivePlotWarning, match="the frontend went away") as record:
-        learn.fit(2, cbs=[plot, breaker])
-    assert len(record) == 1
-    assert breaker.n == 32 and len(plot.losses) == 32
-    assert plot.plot().axes[0].lines[0].get_xdata().size == 32  # the data are all there
-
-
-# --- compare_runs ---------------------------------------------------------------------------------------------
-
-def test_compare_runs_takes_learners_recorders_and_state_dicts(tmp_path):
-    runs = {}
-    for lr in (0.05, 0.5):
-        learn = make_learner(lr=lr, metrics=[Accuracy()])
-        learn.fit(2)
-        runs[f"lr={lr}"] = learn
-    runs["recorder"] = runs["lr=0.05"].recorder
-    runs["state"] = {"losses": torch.tensor(runs["lr=0.5"].recorder.losses), "values": runs["lr=0.5"].recorder.values}
-    fig = compare_runs(runs, log=True)
-    assert [ax.get_title() for ax in fig.axes] == ["train loss (smoothed, β=0.98)", "valid loss", "accuracy"]
-    assert all(len(ax.lines) == 4 for ax in fig.axes)
-    assert fig.axes[0].get_yscale() == "log"
-    fig.savefig(tmp_path / "compare.png")
-    assert (tmp_path / "compare.png").read_bytes()[:8] == PNG
-
-
-def test_compare_runs_bad_input():
-    with pytest.raises(ValueError, match="non-empty"):
-        compare_runs({})
-    with pytest.raises(TypeError, match="'x'"):
-        compare_runs({"x": [1.0, 2.0]})
-    with pytest.raises(ValueError, match="'fresh' has no training batch"):
-        compare_runs({"fresh": make_learner()})
