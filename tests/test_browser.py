@@ -122,7 +122,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture
 def jupyter(tmp_path):
-    "A JupyterLab server on a copy of notebook 05; yields (url of the notebook, the server's log path)."
+    "A JupyterLab server on a copy of notebook 06; yields (url of the notebook, the server's log path)."
     require_chromium()
     root = tmp_path / "nbs"
     root.mkdir()
