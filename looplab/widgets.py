@@ -22,8 +22,8 @@ from .callback import Callback
 from .checks import check_number
 
 # %% auto #0
-__all__ = ['in_notebook', 'Throttle', 'BlitFigure', 'LiveFigure', 'ProgressLine', 'FigurePlot', 'LivePlotWarning', 'LivePlotCore',
-           'LivePlot']
+__all__ = ['in_notebook', 'Throttle', 'BlitFigure', 'LiveFigure', 'ProgressLine', 'ShownFigure', 'FigurePlot', 'LivePlotWarning',
+           'LivePlotCore', 'LivePlot']
 
 # %% ../nbs/05_live_plots.ipynb #af29a7df
 def in_notebook() -> bool:
@@ -200,6 +200,12 @@ def _grown_limits(current: tuple[float, float] | None, lo: float, hi: float, log
     span = hi - lo if hi > lo else 1.0
     return lo - 0.1 * span, hi + 0.1 * span
 
+# %% ../nbs/05_live_plots.ipynb #2550f64c
+class ShownFigure(Figure):
+    "A matplotlib Figure that a notebook cell ending with it shows as a picture, whether or not pyplot has drawn."
+    def _repr_png_(self) -> bytes:
+        return _png(self)
+
 # %% ../nbs/05_live_plots.ipynb #0e25423e
 class FigurePlot:
     "A plot drawn on demand by `plot()`; `save(path)` writes it, and a notebook cell ending with it shows it as a PNG."
@@ -219,7 +225,7 @@ class FigurePlot:
 
     def _figure(self, figsize: tuple[float, float] | None = None, **kwargs) -> Figure:
         "A new figure on an off-screen canvas of its own (no window, whatever matplotlib's backend)."
-        fig = Figure(figsize=figsize or self.figsize, dpi=self.dpi, **kwargs)
+        fig = ShownFigure(figsize=figsize or self.figsize, dpi=self.dpi, **kwargs)
         FigureCanvasAgg(fig)
         return fig
 

@@ -1,54 +1,131 @@
-"""Execute every notebook in `nbs/` in reading order and report the time each took.
+"""Execute the notebooks of `nbs/` in reading order, as a student's JupyterLab would, and report the time each took.
 
-Usage: run_tour.py [NBS_DIR] [--out DIR]   (--out: also save the executed notebooks there, to read them)"""
+Usage: run_tour.py [NBS_DIR | NOTEBOOK ...] [--save] [--check] [--out DIR] [--jobs N]
+  --save   write each executed notebook back in place, its outputs normalised (tools/notebook_outputs.py):
+           what GitHub and the HTML book show
+  --check  leave the notebooks alone; fail if a fresh run's outputs differ in kind, cell by cell, from the
+           committed ones (a picture, a table, text), or if any output is matplotlib's bare '<Figure size ...>'
+  --out    also write the executed notebooks (normalised) to DIR, to read them
+  --jobs   notebooks executed at once (default 1: the times are then each notebook's own)"""
+from __future__ import annotations
+
+import os
+import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
+sys.path.insert(0, str(Path(__file__).parent))
+from notebook_outputs import REFRESH, compare, normalise  # noqa: E402
 
-def main(nbs_dir: str, out_dir: str | None = None) -> int:
-    paths = sorted(p for p in Path(nbs_dir).glob("*.ipynb") if not p.name.startswith(("_", ".")))
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def execute(path: Path, sockets: str) -> tuple[object, float, str]:
+    "Run one notebook in a fresh kernel; return the executed notebook, the seconds it took and 'ok' or the failure."
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    # IPC transport: the kernel talks over local sockets, not TCP, so it has no plain-text-TCP warning to print
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / path.stem))
+    try:
+        NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(path.parent)}}).execute()
+        status = "ok"
+    except Exception as e:  # report every notebook, then fail at the end
+        status = f"FAILED: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}"
+    finally:
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)  # a kernel we started is ours to stop
+    return nb, time.perf_counter() - start, status
+
+
+def main(paths: list[Path], save: bool = False, check: bool = False, out_dir: str | None = None,
+         jobs: int = 1) -> int:
     if not paths:
-        print(f"no notebooks in {nbs_dir}", file=sys.stderr)
+        print("no notebooks to run", file=sys.stderr)
         return 1
-    failed = []
+    # What a student sees: the inline backend draws pyplot's figures (a script's MPLBACKEND=Agg would hide them),
+    # and the notebooks run in full, not shortened as under nbdev_test.
+    os.environ.pop("MPLBACKEND", None)
+    os.environ.pop("IN_TEST", None)
+    failed, stale = [], []
     total = 0.0
-    sockets = tempfile.TemporaryDirectory(prefix="looplab-tour-")  # the kernels' IPC sockets
-    for path in paths:
-        nb = nbformat.read(path, as_version=4)
-        start = time.perf_counter()
-        # IPC transport: the kernel talks over local sockets, not TCP, so it has no plain-text-TCP warning to print
-        km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets.name) / path.stem))
-        try:
-            NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(path.parent)}}).execute()
-            status = "ok"
-        except Exception as e:  # report every notebook, then fail at the end
-            status = f"FAILED: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}"
-            failed.append(path.name)
-        finally:
-            if km.has_kernel:
-                km.shutdown_kernel(now=True)  # a kernel we started is ours to stop
-        took = time.perf_counter() - start
-        total += took
-        if out_dir:
-            Path(out_dir).mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, Path(out_dir) / path.name)
-        print(f"{path.name:32s} {took:6.1f} s  {status}", flush=True)
-    sockets.cleanup()
+    with tempfile.TemporaryDirectory(prefix="looplab-tour-") as sockets, ThreadPoolExecutor(jobs) as pool:
+        runs = [(path, pool.submit(execute, path, sockets)) for path in paths]
+        for path, run in runs:  # in reading order, each as soon as it and those before it are done
+            nb, took, status = run.result()
+            total += took
+            normalise(nb, ROOT)
+            if status != "ok":
+                failed.append(path.name)
+            elif check:
+                problems = compare(path.name, nbformat.read(path, as_version=4), nb)
+                if problems:
+                    stale.extend(problems)
+                    status = f"outputs not current ({len(problems)} cells)"
+            if save and status == "ok":
+                nbformat.write(nb, path)
+            if out_dir:
+                Path(out_dir).mkdir(parents=True, exist_ok=True)
+                nbformat.write(nb, Path(out_dir) / path.name)
+            print(f"{path.name:32s} {took:6.1f} s  {status}", flush=True)
+    if save:
+        written = [str(p) for p in paths if p.name not in failed]
+        clean = Path(sys.executable).parent / "nbdev_clean"
+        for path in written:  # the committed form: nbdev_clean's (no execution counts, no metadata noise)
+            subprocess.run([str(clean), "--fname", path], check=True, cwd=ROOT)
     print(f"{'total':32s} {total:6.1f} s  {len(paths) - len(failed)} ran, {len(failed)} failed")
-    return 1 if failed else 0
+    if stale:
+        print("\nThe committed outputs are not what the notebooks give now:", file=sys.stderr)
+        print("\n".join("  " + p for p in stale), file=sys.stderr)
+        print(f"Refresh them with `{REFRESH}`, look at the pictures, and commit the notebooks.", file=sys.stderr)
+    return 1 if failed or stale else 0
+
+
+def notebooks(args: list[str]) -> list[Path]:
+    "The notebooks named, or those of the folders named, in reading order (default: nbs/)."
+    paths = []
+    for arg in args or [str(ROOT / "nbs")]:
+        path = Path(arg)
+        if path.is_dir():
+            paths.extend(sorted(p for p in path.glob("*.ipynb") if not p.name.startswith(("_", "."))))
+        elif path.suffix == ".ipynb" and path.exists():
+            paths.append(path)
+        else:
+            raise SystemExit(f"{arg} is neither a notebook nor a folder of notebooks")
+    return paths
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    out = None
-    if "--out" in args:
-        i = args.index("--out")
-        out = args[i + 1]
+
+    def option(name: str, default: str | None = None) -> str | None:
+        if name not in args:
+            return default
+        i = args.index(name)
+        value = args[i + 1] if i + 1 < len(args) else None
+        if value is None or value.startswith("--"):
+            raise SystemExit(f"{name} needs a value")
         del args[i:i + 2]
-    sys.exit(main(args[0] if args else "nbs", out))
+        return value
+
+    def flag(name: str) -> bool:
+        if name in args:
+            args.remove(name)
+            return True
+        return False
+
+    out = option("--out")
+    jobs = int(option("--jobs", "1"))
+    save, check = flag("--save"), flag("--check")
+    if save and check:
+        raise SystemExit("--save rewrites the outputs and --check compares them: use one at a time")
+    unknown = [a for a in args if a.startswith("--")]
+    if unknown:
+        raise SystemExit(f"unknown option {unknown[0]}; see the docstring of tools/run_tour.py")
+    sys.exit(main(notebooks(args), save=save, check=check, out_dir=out, jobs=jobs))

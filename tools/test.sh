@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test: the package equals what the notebooks export, every notebook runs (nbdev_test), pytest.
+# Every test: the package equals what the notebooks export, every notebook runs (nbdev_test), the committed
+# outputs are what a fresh run shows, pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -23,13 +24,13 @@ unchanged_by() {
   fi
 }
 
-echo "== 1/3 the package is what the notebooks export, and the notebooks are clean"
+echo "== 1/4 the package is what the notebooks export, and the notebooks are clean"
 unchanged_by "looplab/ was not what nbs/ exports: nbdev_export has rewritten it. Commit the exported package." \
   nbdev_export looplab/*.py
 unchanged_by "nbs/ had notebooks that were not clean: nbdev_clean has cleaned them. Commit them (or run nbdev_install_hooks)." \
   nbdev_clean nbs/*.ipynb
 
-echo "== 2/3 nbdev_test on every notebook"
+echo "== 2/4 nbdev_test on every notebook"
 mapfile -t nbs < <(ls "$root"/nbs/*.ipynb)
 if [ "${#nbs[@]}" -eq 0 ]; then echo "no notebooks found in $root/nbs" >&2; exit 1; fi
 log=$(mktemp)
@@ -41,5 +42,8 @@ if [ "$started" -ne "${#nbs[@]}" ]; then
 fi
 rm -f "$log"
 
-echo "== 3/3 pytest"
-python -m pytest tests -q "$@"
+echo "== 3/4 the committed outputs are what a fresh run shows (each notebook executed as in JupyterLab)"
+python tools/run_tour.py --check --jobs 2
+
+echo "== 4/4 pytest (a line per test file as it finishes; the reason for each skip at the end)"
+python -m pytest tests -rs "$@"

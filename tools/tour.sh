@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The tutorial tour: JupyterLab on nbs/. With --headless, execute every notebook in order instead and
-# report how long each took (what a learner would see, without a browser).
+# report how long each took (what a learner would see, without a browser); --headless --save also writes
+# the outputs into the notebooks (what GitHub and the HTML book show), --headless --check compares them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -8,7 +9,7 @@ bash tools/setup_env.sh
 VENV=${VENV:-.venv}
 export PATH="$root/$VENV/bin:$PATH"
 if [ "${1:-}" = "--headless" ]; then
-  exec python tools/run_tour.py "$root/nbs" "${@:2}"
+  exec python tools/run_tour.py "${@:2}"
 fi
 extra=()
 if [ "$(id -u)" = "0" ]; then extra+=(--allow-root); fi

@@ -1,0 +1,142 @@
+"""The HTML book of the tour (`./tools/docs.sh`) in a real browser: built from the committed notebooks, served on
+127.0.0.1 by a thread of this process, and read by headless Chromium page by page.
+
+Every page loads, every picture on it has loaded (`naturalWidth > 0`) and there are as many as the notebook's
+committed outputs hold, no page shows matplotlib's bare `<Figure size ...>` text, every link between pages resolves,
+and each notebook page links to the previous and the next one. Screenshots of the index, 06's and 10's pages go to
+test-output/book/."""
+import functools
+import http.server
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urldefrag, urljoin, urlparse
+
+import nbformat
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import make_docs  # noqa: E402
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+OUT = ROOT / "test-output" / "book"
+SCREENSHOTS = {"index.html": "index.png", "06_schedules.html": "06_schedules.png", "10_gan.html": "10_gan.png"}
+
+PAGE_JS = """() => ({
+  images: Array.from(document.images).map(img => ({src: img.src.slice(0, 40), complete: img.complete,
+                                                    width: img.naturalWidth})),
+  links: Array.from(document.querySelectorAll('a[href]')).map(a => a.getAttribute('href')),
+  prev: document.querySelector('nav.book-nav-top a[rel=prev]')?.getAttribute('href') || null,
+  next: document.querySelector('nav.book-nav-top a[rel=next]')?.getAttribute('href') || null,
+  outputs: Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => e.innerText).join('\n'),
+})"""
+
+
+def require_chromium() -> None:
+    "Skip without Chromium, except under CI, where a missing browser is a failure."
+    if CHROMIUM.exists():
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{CHROMIUM} is missing, and CI is set: the book's browser test must run in CI "
+                    "(apt-get install -y chromium chromium-driver)")
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium chromium-driver); outside CI the browser test "
+                "is skipped")
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory):
+    "The book, built into a temporary folder, served on 127.0.0.1; yields (base URL, the pages' paths)."
+    out = tmp_path_factory.mktemp("book")
+    pages = [str(p.relative_to(out)) for p in make_docs.build(out)]
+    handler = functools.partial(_QuietHandler, directory=str(out))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", pages
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # the test reports what matters; no access log on stderr
+        pass
+
+
+def committed_pictures(stem: str) -> int:
+    "How many pictures the committed notebook's outputs hold."
+    nb = nbformat.read(ROOT / "nbs" / f"{stem}.ipynb", as_version=4)
+    return sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs
+               if any(k.startswith("image/") for k in o.get("data", {})))
+
+
+def test_book_pages_render_with_their_pictures_and_links(book):
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+    base, pages = book
+    chapters = sorted(p for p in pages if "/" not in p and p != "index.html")
+    assert len(chapters) == len([p for p in (ROOT / "nbs").glob("*.ipynb") if p.stem != "index"]), chapters
+    assert "index.html" in pages and any(p.startswith("api/") for p in pages)
+    OUT.mkdir(parents=True, exist_ok=True)
+    problems, seen, links = [], {}, set()
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(OUT / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=FLAGS,
+            viewport={"width": 1200, "height": 900})
+        try:
+            page = context.new_page()
+            for name in pages:
+                response = page.goto(base + name, wait_until="load")
+                if response is None or response.status != 200:
+                    problems.append(f"{name}: HTTP {response.status if response else 'no response'}")
+                    continue
+                info = page.evaluate(PAGE_JS)
+                seen[name] = info
+                broken = [img["src"] for img in info["images"] if not img["complete"] or img["width"] == 0]
+                if broken:
+                    problems.append(f"{name}: {len(broken)} pictures did not load: {broken[:3]}")
+                if "<Figure size" in info["outputs"]:
+                    problems.append(f"{name}: shows matplotlib's bare '<Figure size ...>' text")
+                for href in info["links"]:
+                    target, _ = urldefrag(urljoin(base + name, href))
+                    if urlparse(target).netloc == urlparse(base).netloc:
+                        links.add(target)
+                if name in SCREENSHOTS:
+                    page.screenshot(path=str(OUT / SCREENSHOTS[name]), full_page=False)
+            for target in sorted(links):  # every link between pages resolves
+                response = page.request.get(target)
+                if response.status != 200:
+                    problems.append(f"a link to {target} gives HTTP {response.status}")
+        finally:
+            context.close()
+    assert not problems, "\n".join(problems)
+    order = ["index.html"] + chapters
+    for i, name in enumerate(order):  # previous/next go through the tour in reading order
+        assert seen[name]["prev"] == (order[i - 1] if i > 0 else None), (name, seen[name]["prev"])
+        assert seen[name]["next"] == (order[i + 1] if i + 1 < len(order) else None), (name, seen[name]["next"])
+    for name in chapters:  # every picture the notebook carries is on its page
+        expected = committed_pictures(name[:-len(".html")])
+        assert len(seen[name]["images"]) >= expected, (name, len(seen[name]["images"]), expected)
+    drawn = [name for name in chapters if seen[name]["images"]]
+    assert len(drawn) >= 15, f"only {len(drawn)} notebook pages carry pictures: refresh the outputs"
+    (OUT / "pages.json").write_text(json.dumps({n: len(seen[n]["images"]) for n in order}, indent=1))
+
+
+def test_book_api_pages_list_every_exported_name(book):
+    "Each module's page names everything in its __all__, with a signature for each function and class."
+    import importlib
+    import urllib.request
+    base, pages = book
+    for name in [p for p in pages if p.startswith("api/")]:
+        module = importlib.import_module(name[len("api/"):-len(".html")])
+        body = urllib.request.urlopen(base + name).read().decode()
+        for export in module.__all__:
+            assert f'id="{export}"' in body, (name, export)

@@ -1,0 +1,235 @@
+"""Build the HTML book of the tour into settings.ini's `doc_path` (`_docs/`), from the committed notebooks.
+
+Usage: make_docs.py [OUT_DIR]
+
+- `index.html`: nbs/index.ipynb (the map), its notebook and module names linked;
+- one page per notebook, as JupyterLab shows it with its committed outputs (nbconvert's lab template), with
+  previous/next navigation and a link to the module it exports;
+- `api/<module>.html`: each module's exported names, their signatures and docstrings, and the comments on their
+  parameters (what nbdev's `show_doc` gives).
+
+The notebooks are not executed: the book shows what `./tools/tour.sh --headless --save` wrote into them."""
+from __future__ import annotations
+
+import configparser
+import html
+import importlib
+import inspect
+import json
+import logging
+import re
+import shutil
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import nbformat
+from fastcore.docments import docments
+from nbconvert import HTMLExporter
+from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES = Path(__file__).resolve().parent / "book"
+
+
+def settings() -> configparser.SectionProxy:
+    config = configparser.ConfigParser()
+    config.read(ROOT / "settings.ini")
+    return config["DEFAULT"]
+
+
+def module_of(nb) -> str | None:
+    "The module a notebook exports (`#| default_exp NAME`), as `looplab.NAME`."
+    for cell in nb.cells:
+        found = re.search(r"^#\|\s*default_exp\s+(\S+)", cell.source, re.M) if cell.cell_type == "code" else None
+        if found:
+            return f"{settings()['lib_name']}.{found.group(1)}"
+    return None
+
+
+def title_of(nb, fallback: str) -> str:
+    "The notebook's first heading."
+    for cell in nb.cells:
+        found = re.search(r"^#+\s+(.+)$", cell.source, re.M) if cell.cell_type == "markdown" else None
+        if found:
+            return re.sub(r"[`*_]", "", found.group(1)).strip()
+    return fallback
+
+
+def link(href: str, text: str, rel: str = "") -> str:
+    rel_attr = f' rel="{rel}"' if rel else ""
+    return f'<a href="{html.escape(href)}"{rel_attr}>{html.escape(text)}</a>'
+
+
+def nav(root: str, prev: tuple[str, str] | None, next_: tuple[str, str] | None, module: str | None,
+        where: str) -> str:
+    "The book's navigation bar: the map, previous and next page, the page's module."
+    parts = [f'<span class="book-home">{link(root + "index.html", "looplab: the map")}</span>']
+    parts.append(f'<span class="book-prev">{"← " + link(prev[0], prev[1], "prev") if prev else ""}</span>')
+    parts.append(f'<span class="book-next">{link(next_[0], next_[1], "next") + " →" if next_ else ""}</span>')
+    if module:
+        parts.append(f'<span class="book-module">module {link(root + "api/" + module + ".html", module)}</span>')
+    return f'<nav class="book-nav book-nav-{where}">{"".join(parts)}</nav>'
+
+
+def link_names(body: str, stems: set[str], modules: set[str], root: str) -> str:
+    "Turn inline code that names a notebook or a module into a link to its page."
+    def replace(match: re.Match) -> str:
+        name = match.group(1)
+        if name in stems:
+            return f'<a href="{root}{name}.html"><code>{name}</code></a>'
+        if name in modules:
+            return f'<a href="{root}api/{name}.html"><code>{name}</code></a>'
+        return match.group(0)
+    return re.sub(r"<code>([A-Za-z0-9_.]+)</code>", replace, body)
+
+
+def exporter() -> HTMLExporter:
+    exp = HTMLExporter(template_name="lab", template_file="page.html.j2", extra_template_paths=[str(TEMPLATES)],
+                        exclude_input_prompt=True, exclude_output_prompt=True, embed_images=True)
+    exp.log.setLevel(logging.ERROR)  # not a warning per picture that its output carries no alt text
+    return exp
+
+
+def notebook_page(exp: HTMLExporter, nb, name: str, book: dict) -> str:
+    body, _ = exp.from_notebook_node(nb, resources={"metadata": {"name": name}, "book": book})
+    return body
+
+
+# --- the API pages --------------------------------------------------------------------------------------------
+
+def _md(text: str) -> str:
+    return markdown2html_mistune(inspect.cleandoc(text)) if text else ""
+
+
+def _signature(obj) -> str:
+    "The signature as written, annotations included (the modules use `from __future__ import annotations`)."
+    try:
+        return str(inspect.signature(obj, eval_str=True))
+    except (NameError, SyntaxError):  # an annotation that names something imported only for type checkers
+        return str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return ""
+
+
+def _params_table(obj) -> str:
+    "The comments on `obj`'s parameters (docments), as a table; empty when none has one."
+    try:
+        with warnings.catch_warnings():  # docments also parses numpy-style docstrings, some of torch's inherited ones
+            warnings.simplefilter("ignore")
+            docs = docments(obj, full=True)
+    except Exception:  # not a function fastcore can read (a builtin, a C extension)
+        return ""
+    rows = [(name, info) for name, info in docs.items() if name != "return" and info.get("docment")]
+    if not rows:
+        return ""
+    cells = "".join(f"<tr><td><code>{html.escape(n)}</code></td><td>{html.escape(str(i.get('default', '')))}"
+                    f"</td><td>{html.escape(i['docment'])}</td></tr>" for n, i in rows)
+    return f'<table class="book-params"><tr><th>parameter</th><th>default</th><th>meaning</th></tr>{cells}</table>'
+
+
+def _entry(name: str, obj, level: int = 3, anchor: str = "") -> str:
+    kind = "class" if inspect.isclass(obj) else "def" if callable(obj) else ""
+    signature = _signature(obj) if kind else ""
+    heading = f"<h{level} id=\"{html.escape(anchor or name)}\"><code>{kind} {html.escape(name)}"
+    heading += f"{html.escape(signature)}</code></h{level}>"
+    if not kind:  # a constant: its value
+        value = repr(obj)
+        heading = (f"<h{level} id=\"{html.escape(anchor or name)}\"><code>{html.escape(name)} = "
+                   f"{html.escape(value if len(value) <= 200 else value[:200] + ' …')}</code></h{level}>")
+        return heading
+    return heading + _md(inspect.getdoc(obj) or "") + _params_table(obj)
+
+
+def _methods(cls) -> list[tuple[str, object]]:
+    "The public methods and properties a class defines itself (not those it inherits)."
+    found = []
+    for name, member in vars(cls).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(member, (staticmethod, classmethod)):
+            member = member.__func__
+        if inspect.isfunction(member) or isinstance(member, property):
+            found.append((name, member.fget if isinstance(member, property) else member))
+    return found
+
+
+def api_page(module_name: str, source_nb: str, title: str) -> str:
+    "A module's page: its docstring, then each exported name with signature, docstring and parameter comments."
+    module = importlib.import_module(module_name)
+    parts = [f'<h1><code class="book-module-name">{module_name}</code></h1>', _md(module.__doc__ or ""),
+             f'<p>Built in {link("../" + source_nb + ".html", title)}.</p>']
+    names = list(getattr(module, "__all__", []))
+    if names:
+        parts.append("<ul class=\"book-toc\">" + "".join(
+            f'<li><a href="#{html.escape(n)}"><code>{html.escape(n)}</code></a></li>' for n in names) + "</ul>")
+    for name in names:
+        obj = getattr(module, name)
+        parts.append('<section class="book-api">' + _entry(name, obj))
+        if inspect.isclass(obj):
+            for method, member in _methods(obj):
+                parts.append(_entry(f"{name}.{method}", member, level=4, anchor=f"{name}.{method}"))
+        parts.append("</section>")
+    return "\n".join(parts)
+
+
+def html_page(title: str, body: str, root: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
+            f'<link rel="stylesheet" href="{root}book.css">\n</head>\n<body class="book-plain">\n<main>\n{body}\n'
+            f'</main>\n</body>\n</html>\n')
+
+
+# --- the book -------------------------------------------------------------------------------------------------
+
+def build(out: Path) -> list[Path]:
+    "Write the book into `out` (emptied first); return the pages written."
+    nbs = sorted(p for p in (ROOT / settings()["nbs_path"]).glob("*.ipynb") if not p.name.startswith(("_", ".")))
+    index = [p for p in nbs if p.stem == "index"]
+    chapters = [p for p in nbs if p.stem != "index"]
+    if not index or not chapters:
+        raise SystemExit(f"no index.ipynb or no notebooks in {settings()['nbs_path']}/")
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "api").mkdir(parents=True)
+    shutil.copy(TEMPLATES / "book.css", out / "book.css")
+    notebooks = {p.stem: nbformat.read(p, as_version=4) for p in index + chapters}
+    titles = {stem: title_of(nb, stem) for stem, nb in notebooks.items()}
+    modules = {stem: module_of(nb) for stem, nb in notebooks.items()}
+    stems, module_names = set(notebooks), {m for m in modules.values() if m}
+    order = ["index"] + [p.stem for p in chapters]
+    exp = exporter()
+    written = []
+    for i, stem in enumerate(order):
+        prev = (f"{order[i - 1]}.html", titles[order[i - 1]]) if i > 0 else None
+        next_ = (f"{order[i + 1]}.html", titles[order[i + 1]]) if i + 1 < len(order) else None
+        book = {"root": "", "nav_top": nav("", prev, next_, modules[stem], "top"),
+                "nav_bottom": nav("", prev, next_, modules[stem], "bottom")}
+        page = notebook_page(exp, notebooks[stem], titles[stem], book)
+        if stem == "index":
+            api_list = "".join(f"<li>{link('api/' + modules[s] + '.html', modules[s])} — {link(s + '.html', titles[s])}</li>"
+                               for s in order if modules[s])
+            page = page.replace(book["nav_bottom"], f'<section class="book-api-index"><h2>The modules</h2>'
+                                f'<ul>{api_list}</ul></section>' + book["nav_bottom"])
+        path = out / ("index.html" if stem == "index" else f"{stem}.html")
+        path.write_text(link_names(page, stems, module_names, ""), encoding="utf-8")
+        written.append(path)
+    sys.path.insert(0, str(ROOT))  # document the package of this checkout
+    api_order = [s for s in order if modules[s]]
+    for i, stem in enumerate(api_order):
+        name = modules[stem]
+        prev = (f"{modules[api_order[i - 1]]}.html", modules[api_order[i - 1]]) if i > 0 else None
+        next_ = (f"{modules[api_order[i + 1]]}.html", modules[api_order[i + 1]]) if i + 1 < len(api_order) else None
+        body = nav("../", prev, next_, None, "top") + api_page(name, stem, titles[stem]) + nav("../", prev, next_, None, "bottom")
+        path = out / "api" / f"{name}.html"
+        path.write_text(link_names(html_page(name, body, "../"), stems, module_names, "../"), encoding="utf-8")
+        written.append(path)
+    (out / "pages.json").write_text(json.dumps([str(p.relative_to(out)) for p in written], indent=1))
+    return written
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / settings()["doc_path"]
+    started = time.perf_counter()
+    pages = build(target)
+    print(f"{len(pages)} pages in {target}/ in {time.perf_counter() - started:.1f} s: open {target / 'index.html'}")
