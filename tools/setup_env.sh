@@ -2,6 +2,7 @@
 # Create (or reuse) the virtual environment in .venv and install looplab with its dev extras.
 # torch==2.13.0 goes first: with torch already present, the package's own range installs nothing more,
 # whereas a bare `torch` requirement on an empty environment pulls the multi-GB CUDA wheels.
+# TORCH_INDEX_URL (e.g. PyTorch's CPU wheel index) says where that torch comes from; an installed torch is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -15,7 +16,9 @@ if [ -f "$stamp" ] && [ "$stamp" -nt settings.ini ] && [ "$stamp" -nt setup.py ]
 fi
 "$PY" -m pip install -q --disable-pip-version-check --upgrade pip
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  "$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0"
+  index=()
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then index=(--index-url "$TORCH_INDEX_URL"); fi
+  "$PY" -m pip install -q --disable-pip-version-check "${index[@]}" "torch==2.13.0"
 fi
 "$PY" -m pip install -q --disable-pip-version-check -e ".[dev]"
 touch "$stamp"
