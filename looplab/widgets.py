@@ -319,7 +319,7 @@ class LivePlotCore(FigurePlot):
         "Put the data on the live figure and draw it (`final`: at the end of training)."
         if not self.blit:
             self.live.invalidate()  # `_fill` rebuilds the figure: its background changes too
-        self._fill(self.live.fig, self.live.animated, grow=True)
+        self._fill(self.live.fig, self.live.animated, grow=not final)
         self.live.draw(started)
 
     def plot(self) -> Figure:

@@ -38,6 +38,8 @@ def bare(text="<Figure size 960x256 with 3 Axes>"):
     ("seeding torch: +1.5 µs per item (+3% on an item that costs 50 µs)",
      "seeding torch: +… µs per item (+…% on an item that costs … µs)"),
     ("{'epoch': 2, 'time': 0.01622332099987034}", "{'epoch': 2, 'time': …}"),
+    ("{'created': '2026-11-24T09:29:14+00:00', 'sha256': '16e08ea22a5be4e3104775bd8ae1358260831fd03fe2b2d8138945a68542a1ad'}",
+     "{'created': '…', 'sha256': '…'}"),
     ("accuracy 0.953 after 3 epochs, 69 steps", "accuracy 0.953 after 3 epochs, 69 steps"),  # no unit: kept
     ("lr=4.75e+00, 2 seconds", "lr=4.75e+00, 2 seconds"),
 ])

@@ -19,6 +19,8 @@ _NOISE = [
     (re.compile(r"(\d+\.\d+|\d+(?=\s?(?:ms|µs|us|ns)\b))(\s?)(s|ms|µs|us|ns)\b"), r"…\2\3"),  # timings
     (re.compile(r"(['\"]time['\"]: )[0-9.e+-]+"), r"\1…"),  # the time column of a recorded epoch
     (re.compile(r"\(\+\d+% on an item"), "(+…% on an item"),  # a timing, as a share
+    (re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)?"), "…"),  # a date and time
+    (re.compile(r"(['\"]sha256['\"]: ['\"])[0-9a-f]{64}"), r"\1…"),  # the digest of a file holding the time it was written
 ]
 
 
