@@ -12,6 +12,7 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .checks import check_number
 from .learner import Recorder, _length
@@ -236,6 +237,7 @@ def compare_runs(runs: Mapping[str, object], beta: float = 0.98, log: bool = Fal
     for ax, key in zip(axes[1:], panels[1:]):
         ax.set_title(key.replace("_", " "))
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
     for ax, key in zip(axes, panels):
         ax.set_ylabel(key.replace("_", " "))
         if log and key in ("train_loss", "valid_loss"):
