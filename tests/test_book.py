@@ -35,7 +35,7 @@ PAGE_JS = """() => ({
   links: Array.from(document.querySelectorAll('a[href]')).map(a => a.getAttribute('href')),
   prev: document.querySelector('nav.book-nav-top a[rel=prev]')?.getAttribute('href') || null,
   next: document.querySelector('nav.book-nav-top a[rel=next]')?.getAttribute('href') || null,
-  outputs: Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => e.innerText).join('\n'),
+  outputs: Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => e.innerText).join(' '),
 })"""
 
 
