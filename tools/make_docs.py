@@ -12,6 +12,7 @@ The notebooks are not executed: the book shows what `./tools/tour.sh --headless 
 from __future__ import annotations
 
 import configparser
+import copy
 import html
 import importlib
 import inspect
@@ -31,6 +32,7 @@ from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "book"
+DEFAULT_EXP_CELL = re.compile(r"#\|\s*default_exp\s+\S+")  # a cell that only names the module the notebook exports
 
 
 def settings() -> configparser.SectionProxy:
@@ -93,6 +95,9 @@ def exporter() -> HTMLExporter:
 
 
 def notebook_page(exp: HTMLExporter, nb, name: str, book: dict) -> str:
+    "The notebook as a page; its `#| default_exp` cell is left out (the navigation bar names the module)."
+    nb = copy.deepcopy(nb)
+    nb.cells = [c for c in nb.cells if not DEFAULT_EXP_CELL.fullmatch(c.source.strip()) or c.cell_type != "code"]
     body, _ = exp.from_notebook_node(nb, resources={"metadata": {"name": name}, "book": book})
     return body
 
