@@ -98,6 +98,9 @@ def learner_one_cycle_loop(model, batches, lr, extra_cbs=(), engine=None):
     return took
 
 
+NAME_WIDTH = 38  # the table's first column: as wide as the longest workload name in main()
+
+
 def measure(name, n_in, hidden, n_out, bs, n_batches, rounds, lr=0.01, make_cbs=list, make_engine=lambda: None,
             autocast=contextlib.nullcontext, bare_fn=bare_loop, learner_fn=learner_loop):
     "`make_cbs()` gives the extra callbacks of each Learner run (fresh ones each time), `make_engine()` its engine."
@@ -115,7 +118,8 @@ def measure(name, n_in, hidden, n_out, bs, n_batches, rounds, lr=0.01, make_cbs=
         bare.append(b / n_batches * 1e6)
         learner.append(l / n_batches * 1e6)
         ratios.append(l / b)
-    print(f"{name:34s} bare {statistics.median(bare):8.1f} µs/batch  learner {statistics.median(learner):8.1f} µs/batch"
+    print(f"{name:{NAME_WIDTH}s} bare {statistics.median(bare):8.1f} µs/batch"
+          f"  learner {statistics.median(learner):8.1f} µs/batch"
           f"  median ratio {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f});"
           f" fastest/fastest {min(learner) / min(bare):.3f}")
     return statistics.median(ratios)

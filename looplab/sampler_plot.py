@@ -127,6 +127,23 @@ def _grid_order(fig: Figure, steps: list, epochs: list[int], faded: Callable[[in
     fig.colorbar(shown, ax=axes, label="dataset index")
     fig.suptitle("Order of the dataset indices, per epoch" + (f" (skipped: faded, {skip} steps)" if skip else ""))
 
+# %% ../nbs/11d_sampler_plot.ipynb #9f96def5
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"  # the mime type of a widget in a notebook's outputs
+
+def _epoch_selector(plot: SamplerPlot):
+    "A selector of the epoch above the picture of `plot`, redrawn when the selection changes."
+    import ipywidgets
+    choices = [("all epochs", -1)] + [(f"epoch {e}", e) for e in range(plot.n_epochs)]
+    selector = ipywidgets.Dropdown(options=choices, value=-1, description="show")
+    picture = ipywidgets.Image(value=_png(plot.plot()), format="png")
+
+    def redraw(change):
+        epoch = None if change["new"] == -1 else change["new"]
+        picture.value = _png(plot.plot(epoch))
+
+    selector.observe(redraw, names="value")
+    return ipywidgets.VBox([selector, picture])
+
 # %% ../nbs/11d_sampler_plot.ipynb #43f46367
 class SamplerPlot(FigurePlot):
     "Which dataset index each rank is served at each step, over epochs: `kind='scatter'` (index vs step) or `'grid'` (a row per epoch)."
@@ -165,27 +182,17 @@ class SamplerPlot(FigurePlot):
             _grid_order(fig, self.steps, epochs, self._skipped_items, self.skip)
         return fig
 
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict | None:
+        "In a notebook with a frontend, and several epochs: the picture under a selector of the epoch; else the PNG."
+        if not in_notebook() or self.n_epochs == 1:
+            return None  # IPython falls back to FigurePlot._repr_png_
+        bundle = _epoch_selector(self)._repr_mimebundle_()
+        return {_WIDGET_VIEW: bundle[_WIDGET_VIEW]}  # IPython adds the PNG, for a viewer without widgets (GitHub)
+
     def show(self) -> None:
-        "Display the figure; in a notebook with a frontend, with a selector to look at one epoch at a time."
+        "Display the plot as a cell that ends with it does; outside IPython, say what to do instead."
         if _shell() is None:
             print("SamplerPlot: no notebook to show the figure in; use .save(path)", file=sys.stderr)
             return
-        from IPython.display import Image, display
-        if not in_notebook() or self.n_epochs == 1:
-            display(Image(data=_png(self.plot()), format="png"))
-            return
-        import ipywidgets
-        choices = [("all epochs", -1)] + [(f"epoch {e}", e) for e in range(self.n_epochs)]
-        selector = ipywidgets.Dropdown(options=choices, value=-1, description="show")
-        display(selector)
-        handle = display(Image(data=_png(self.plot()), format="png"), display_id=True)
-
-        def redraw(change):
-            epoch = None if change["new"] == -1 else change["new"]
-            handle.update(Image(data=_png(self.plot(epoch)), format="png"))
-
-        selector.observe(redraw, names="value")
-
-    def _ipython_display_(self):
-        "A notebook cell that ends with the plot shows it."
-        self.show()
+        from IPython.display import display
+        display(self)

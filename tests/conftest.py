@@ -1,7 +1,41 @@
 import os
+import signal
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+class Terminated(KeyboardInterrupt):
+    "SIGTERM, raised as Ctrl-C's KeyboardInterrupt is, so that pytest ends the run the same way."
+
+
+_previous = None  # the SIGTERM handler before ours (None while ours is not installed)
+
+
+def _terminate(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough: a second one must not cut the teardown short
+    raise Terminated(f"{signal.Signals(signum).name}: the test run was terminated")
+
+
+def _restore_in_child():
+    "A forked child (a DataLoader or `launch` worker) must die on SIGTERM, even while blocked in C code."
+    if _previous is not None:
+        signal.signal(signal.SIGTERM, _previous)
+
+
+os.register_at_fork(after_in_child=_restore_in_child)
+
+
 def pytest_configure(config):
+    global _previous
     config.addinivalue_line("markers", "browser: a real JupyterLab driven by headless Chromium (needs /usr/bin/chromium)")
+    # Without this, SIGTERM (a CI timeout, `kill`) ends pytest on the spot: no fixture is torn down, no `finally` runs,
+    # and every server and worker a test started lives on, re-parented to init. As a KeyboardInterrupt, pytest tears
+    # everything down as on Ctrl-C, and helpers.started ends each process group.
+    _previous = signal.signal(signal.SIGTERM, _terminate) or signal.SIG_DFL  # None: a handler set outside Python
+
+
+def pytest_unconfigure(config):
+    global _previous
+    if _previous is not None:
+        signal.signal(signal.SIGTERM, _previous)
+        _previous = None

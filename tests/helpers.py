@@ -1,6 +1,13 @@
 """Helpers shared by the tests and by the worker scripts they run in new processes."""
 import argparse
+import contextlib
 import io
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -65,3 +72,81 @@ def run_worker(description: str, build_learner, results) -> None:
         load_checkpoint(learn, args.resume)
     learn.fit(args.epochs)
     torch.save(results(learn), args.out)
+
+
+# Processes a test starts: each in a process group of its own, ended whatever way the test ends. conftest.py turns
+# SIGTERM into the same exception as Ctrl-C, so a run that is terminated (a CI timeout) ends them too.
+
+def _processes() -> dict[int, tuple[int, int]]:
+    "Every process's (parent PID, process group), by PID, from /proc."
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # it ended while we looked
+                continue
+            if fields[0] != "Z":  # a zombie has ended; only its parent's wait() is missing
+                table[int(entry.name)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def cmdline(pid: int) -> str:
+    "The command line of process `pid`, or '' if it has ended."
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def family(pid: int) -> dict[int, str]:
+    "Process `pid`, its process group and its descendants (a Jupyter kernel leaves the group), with their command lines."
+    table = _processes()
+    found = {p for p, (_, group) in table.items() if group == pid}
+    if pid in table:
+        found.add(pid)
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, (pp, _) in table.items() if pp == parent and p not in found]
+        found.update(children)
+        frontier.extend(children)
+    return {p: cmdline(p) for p in found if p != os.getpid()}
+
+
+def alive(processes: dict[int, str]) -> dict[int, str]:
+    "The processes of `processes` (PID -> command line) still running: same PID, same command line, not a zombie."
+    table = _processes()
+    return {pid: command for pid, command in processes.items() if pid in table and command and cmdline(pid) == command}
+
+
+def end_family(proc: subprocess.Popen, grace: float = 20.0) -> None:
+    "End `proc`, its process group and its descendants by their PIDs: SIGTERM, SIGKILL after `grace` seconds; reap it."
+    members = family(proc.pid)
+    for pid in alive(members):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)  # a Jupyter server shuts its kernels down on SIGTERM
+    deadline = time.monotonic() + grace
+    while alive(members) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in alive(members):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
+@contextlib.contextmanager
+def started(command: list[str], grace: float = 20.0, **kwargs) -> Iterator[subprocess.Popen]:
+    "`subprocess.Popen(command, **kwargs)` in a process group of its own; on leaving, `end_family` ends them all."
+    with subprocess.Popen(command, start_new_session=True, **kwargs) as proc:  # on leaving: its pipes closed
+        try:
+            yield proc
+        finally:
+            end_family(proc, grace)
+
+
+def run(command: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    "`subprocess.run(command, capture_output=True, text=True)`; a timeout or an interrupt ends the child's children too."
+    with started(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as proc:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)

@@ -4,14 +4,14 @@ headless Chromium, and the plots must render and move while the model trains.
 Jupyter runs on 127.0.0.1 with a token, with config, data, runtime and settings directories of its own, on a copy of
 the notebook (so that autosave never writes into nbs/). Chromium is the system's (`/usr/bin/chromium`), driven by
 the `playwright` package with a fresh profile. Screenshots and the plots' pictures go to test-output/browser/.
-Every process this test starts is ended by its PID (the server's process group, then the kernels it started).
+Every process this test starts is ended by its PID (helpers.started: the server's process group, and the kernels it
+started), however the test ends: a failure, Ctrl-C, or SIGTERM (conftest.py; checked by test_interrupts.py).
 """
 import base64
 import io
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+
+from helpers import started
 
 pytestmark = pytest.mark.browser
 
@@ -78,48 +80,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def descendants(pid: int) -> list[int]:
-    "The PIDs of every process below `pid`, from /proc."
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found = []
-    frontier = [pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [p for p, pp in parents.items() if pp == parent]
-        found.extend(children)
-        frontier.extend(children)
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def stop(proc: subprocess.Popen) -> None:
-    "End the server's process group by its PID, then any kernel it started that outlived it."
-    children = {pid: cmdline(pid) for pid in descendants(proc.pid)}
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)  # the server shuts its kernels down on SIGTERM
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    for pid, command in children.items():
-        if command and cmdline(pid) == command:  # still the same process: not a reused PID
-            os.kill(pid, signal.SIGKILL)
-
-
 @pytest.fixture
 def jupyter(tmp_path):
     "A JupyterLab server on a copy of notebook 06; yields (url of the notebook, the server's log path)."
@@ -146,10 +106,7 @@ def jupyter(tmp_path):
     if os.geteuid() == 0:
         command.append("--allow-root")
     log_path = tmp_path / "jupyter.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root,
-                                start_new_session=True)
-    try:
+    with open(log_path, "wb") as log, started(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root) as proc:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
@@ -162,8 +119,6 @@ def jupyter(tmp_path):
                     pytest.fail(f"jupyter lab did not answer in 60 s:\n{log_path.read_text()[-3000:]}")
                 time.sleep(0.3)
         yield f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}", log_path
-    finally:
-        stop(proc)
 
 
 def pixels(src: str) -> np.ndarray:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import dist_workers as w
+from helpers import run, started
 from looplab.distributed import WorkerError, free_port, launch
 from looplab.engine import DeviceEngine
 
@@ -92,9 +93,8 @@ def test_launcher_ends_its_workers_on_interrupt(tmp_path):
     "(e) Ctrl-C in the launching process ends the workers too."
     script = ("import sys; sys.path.insert(0, %r); import dist_workers as w; from looplab.distributed import launch; "
               "launch(w.write_pid_then, nprocs=2, args=(%r, 'sleep'))") % (str(Path(__file__).parent), str(tmp_path))
-    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stderr=subprocess.PIPE)
-    try:
+    with started([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                 stderr=subprocess.PIPE) as proc:
         deadline = time.monotonic() + 60
         while len(list(tmp_path.glob("*.pid"))) < 2:
             assert time.monotonic() < deadline and proc.poll() is None, "the workers did not start"
@@ -104,11 +104,7 @@ def test_launcher_ends_its_workers_on_interrupt(tmp_path):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         assert b"KeyboardInterrupt" in err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert_gone(pids)
+        assert_gone(pids)  # checked before `started` ends whatever is left
 
 
 def test_launcher_bad_input(tmp_path):
@@ -143,7 +139,7 @@ def test_torchrun_trains_the_example_with_two_processes(tmp_path):
            "--master_port", str(free_port()), str(ROOT / "examples" / "train_digits.py"), "--epochs", "2",
            "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    done = run(cmd, timeout=120, env=env)  # torchrun's workers too, if the test is interrupted
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["world_size"] == 2 and result["valid_items"] == 359

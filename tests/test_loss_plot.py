@@ -143,9 +143,11 @@ def test_loss_plot_survives_non_finite_losses(always_due):
 
     learn = make_learner(loss_func=sometimes_nan)
     plot = LossPlot(mode="widget")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", LivePlotWarning)
-        learn.fit(1, cbs=plot)
+    with pytest.warns(RuntimeWarning, match="the training loss is nan") as caught:  # the Recorder says so, each time
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", LivePlotWarning)
+            learn.fit(1, cbs=plot)
+    assert [re.search(r"batch (\d+)", str(w.message)).group(1) for w in caught] == ["5", "10", "15"]
     assert sum(math.isnan(v) for v in plot.losses) == 3 and plot.live.n_draws > 1
     low, high = plot.live.fig.axes[0].get_ylim()
     assert math.isfinite(low) and math.isfinite(high)

@@ -210,7 +210,8 @@ def test_terminate_on_nan_reads_its_flag_only_every_check_every_batches(monkeypa
     monkeypatch.setattr(TerminateOnNaN, "_check", lambda self: checks.append(self.learn.n_iter) or real_check(self))
     stop = TerminateOnNaN(check_every=4)
     learn = make_learner()
-    learn.fit(3, cbs=[NaNFrom(), stop])
+    with pytest.warns(RuntimeWarning, match="the training loss is nan from training batch 5 "):
+        learn.fit(3, cbs=[NaNFrom(), stop])
     assert checks == [4, 8] and learn.n_iter == 8 and stop.stopped_at == (0, 7)
     checks.clear()
     healthy = TerminateOnNaN(check_every=8)

@@ -1,4 +1,7 @@
 """SamplerPlot (notebook 11d, looplab.sampler_plot): which dataset index each rank is served at each step, over epochs."""
+import os
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -7,9 +10,10 @@ from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 from torch.utils.data import DistributedSampler as TorchDistributedSampler  # torch's (dataset, num_replicas, rank)
 
+import looplab.sampler_plot as sampler_plot
 from looplab.sampler_plot import SamplerPlot, served
 
-from helpers import PNG
+from helpers import PNG, run
 
 
 @settings(max_examples=40, deadline=None)
@@ -123,3 +127,31 @@ def test_served_accepts_tensors_and_numpy_indices():
 def test_sampler_plot_show_outside_ipython_says_what_to_do(capsys):
     SamplerPlot(SequentialSampler(range(3))).show()
     assert "save(path)" in capsys.readouterr().err
+
+
+def test_in_a_frontend_several_epochs_give_the_epoch_selector_widget(monkeypatch):
+    monkeypatch.setattr(sampler_plot, "in_notebook", lambda: True)
+    bundle = SamplerPlot(SequentialSampler(range(6)), n_epochs=2)._repr_mimebundle_()
+    assert list(bundle) == ["application/vnd.jupyter.widget-view+json"]  # IPython adds the text and the PNG
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"]
+    assert SamplerPlot(SequentialSampler(range(6)))._repr_mimebundle_() is None  # one epoch: nothing to select
+
+
+SHELL = """
+from execnb.shell import CaptureShell
+shell = CaptureShell()
+setup = "from torch.utils.data import SequentialSampler; from looplab.sampler_plot import SamplerPlot"
+assert not shell.run(setup)
+for source in ["SamplerPlot(SequentialSampler(range(6)), n_epochs=2)",
+               "SamplerPlot(SequentialSampler(range(6)), n_epochs=2).show()"]:
+    outputs = shell.run(source)
+    assert [sorted(out["data"]) for out in outputs] == [["image/png", "text/plain"]], outputs
+print("done")
+"""
+
+
+def test_a_cell_ending_with_the_plot_gives_a_png_under_nbdev_test_and_prints_nothing():
+    "execnb (nbdev_test's shell) asks for a cell's result after it stops capturing: nothing may be displayed then."
+    done = run([sys.executable, "-c", SHELL], timeout=120, env=dict(os.environ, IN_TEST="1"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "done\n"  # not `<IPython.core.display.Image object>`

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy
 import torch
 
+from helpers import run
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -25,8 +27,8 @@ def source_tree(dest: Path) -> Path:
 
 def test_wheel_installs_and_loads_the_digits(tmp_path):
     src = source_tree(tmp_path / "src")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
-                            "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
+    build = run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
+                 "-w", str(tmp_path / "dist")], timeout=300)  # pip's build subprocess ended too, if interrupted
     assert build.returncode == 0, build.stdout + build.stderr
     assert "absent from the `packages` configuration" not in build.stdout + build.stderr, build.stderr
     wheel, = (tmp_path / "dist").glob("looplab-*.whl")
@@ -39,13 +41,12 @@ def test_wheel_installs_and_loads_the_digits(tmp_path):
     # an editable install of looplab) is run
     deps = sorted({str(Path(torch.__file__).parent.parent), str(Path(numpy.__file__).parent.parent)})
     (site / "deps.pth").write_text("\n".join(deps) + "\n")
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                              "--no-index", str(wheel)], capture_output=True, text=True, timeout=300)
+    install = run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+                   str(wheel)], timeout=300)
     assert install.returncode == 0, install.stdout + install.stderr
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     check = ("import looplab, looplab.data as d; x, y = d.load_digits(); "
              "assert x.shape == (1797, 64) and y.shape == (1797,); print(looplab.__file__)")
-    run = subprocess.run([str(python), "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr
-    assert Path(run.stdout.strip()).is_relative_to(env_dir), f"looplab was imported from {run.stdout.strip()}"
+    loaded = run([str(python), "-c", check], timeout=300, cwd=tmp_path, env=env)
+    assert loaded.returncode == 0, loaded.stderr
+    assert Path(loaded.stdout.strip()).is_relative_to(env_dir), f"looplab was imported from {loaded.stdout.strip()}"
