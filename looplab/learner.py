@@ -232,6 +232,12 @@ class Recorder(EpochRecorder):
         return ax.figure
 
 # %% ../nbs/04_learner.ipynb #260730fd
+def _is_log(out) -> bool:
+    "Whether `out` is a log: not a terminal, and not a notebook's output (where the table and live plots suffice)."
+    if type(out).__module__.startswith("ipykernel"):
+        return False
+    return not (hasattr(out, "isatty") and out.isatty())
+
 class ProgressCallback(Callback):
     "A header, one row per epoch, and in a log (no terminal) a line every `every` batches or `every_s` seconds."
     order = 90  # after the Recorder has written the epoch's row
@@ -241,7 +247,7 @@ class ProgressCallback(Callback):
         self.file = file  # where to print; None means sys.stdout at the time of printing
         self.every = check_int("every", every, 1)  # a batch line after this many training batches...
         self.every_s = check_number("every_s", every_s, 0)  # ...or this many seconds, whichever comes first
-        self.batch_lines = batch_lines  # None: only where the output is not a terminal
+        self.batch_lines = batch_lines  # None: only in a log (`_is_log`)
         self._lines = False
         self._n = 0  # training batches since the last line
         self._last = 0.0  # and the time of that line
@@ -254,8 +260,7 @@ class ProgressCallback(Callback):
         if not any(cb is self.learn.recorder for cb in self.learn.cbs):
             raise ValueError("ProgressCallback prints the rows of learn.recorder, which was removed: "
                              "keep the recorder attached, or remove learn.progress too")
-        out = self.file or sys.stdout
-        lines = self.batch_lines if self.batch_lines is not None else not getattr(out, "isatty", lambda: False)()
+        lines = self.batch_lines if self.batch_lines is not None else _is_log(self.file or sys.stdout)
         self._lines = lines and self.learn.engine.is_master_process
         self.columns = ["epoch", "train_loss", "valid_loss", *[m.name for m in self.learn.metrics], "time"]
         self._print("  ".join(f"{c:>12}" for c in self.columns))
