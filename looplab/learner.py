@@ -259,7 +259,7 @@ class ProgressCallback(Callback):
     def on_train_begin(self):
         if not any(cb is self.learn.recorder for cb in self.learn.cbs):
             raise ValueError("ProgressCallback prints the rows of learn.recorder, which was removed: "
-                             "keep the recorder attached, or remove learn.progress too")
+                             "keep the recorder attached, or build the Learner with progress=False")
         lines = self.batch_lines if self.batch_lines is not None else _is_log(self.file or sys.stdout)
         self._lines = lines and self.learn.engine.is_master_process
         self.columns = ["epoch", "train_loss", "valid_loss", *[m.name for m in self.learn.metrics], "time"]
