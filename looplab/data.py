@@ -253,7 +253,7 @@ class DataLoaders:
     @classmethod
     def from_tensors(cls, x: torch.Tensor, y: torch.Tensor, bs: int = 64, valid_pct: float | None = None,
                      seed: int = 42, valid_bs: int | None = None, shuffle: bool = True,
-                     valid: tuple | None = None) -> DataLoaders:
+                     valid: tuple | None = None, drop_last: bool = False) -> DataLoaders:
         "Train and valid loaders over `x, y`, split by `valid_pct` (0.2) or given as `valid=(xv, yv)`; `shuffle=False` keeps the order."
         x = _as_tensor("x", x)
         y = _as_tensor("y", y)
@@ -277,7 +277,7 @@ class DataLoaders:
             if len(x_valid) != len(y_valid):
                 raise ValueError(f"valid's x and y must have the same length, got {len(x_valid)} and {len(y_valid)}")
         train = DataLoader(ArrayDataset(x, y), collate_fn=collate_batch,
-                           batch_sampler=EpochBatchSampler(len(x), bs, seed=seed, shuffle=shuffle))
+                           batch_sampler=EpochBatchSampler(len(x), bs, seed=seed, shuffle=shuffle, drop_last=drop_last))
         valid = None
         if len(x_valid) > 0:
             valid = DataLoader(ArrayDataset(x_valid, y_valid), batch_size=valid_bs or 2 * bs, shuffle=False,

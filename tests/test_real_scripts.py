@@ -186,3 +186,14 @@ def test_the_names_at_the_top_and_the_defaults_a_newcomer_expects():
     assert learn.progress not in learn.cbs
     fit_one_cycle(learn, 1, moms=None)
     assert 0.39 < max(learn.recorder.lrs) <= 0.4  # lr_max: the Learner's lr (the peak step is near it)
+
+
+def test_ordered_data_keeps_its_order_its_tail_for_validation_and_drops_a_short_last_batch():
+    x, y = load_digits()
+    dls = DataLoaders.from_tensors(x, y, bs=64, valid_pct=0.25, shuffle=False, drop_last=True)
+    n_valid = round(len(x) * 0.25)
+    assert torch.equal(dls.valid.dataset.tensors[0], x[len(x) - n_valid:])  # the last quarter: no future in training
+    batches = [yb for _, yb in dls.train]
+    assert all(len(b) == 64 for b in batches) and torch.equal(torch.cat(batches), y[:len(batches) * 64])
+    with pytest.raises(ValueError, match="not both"):
+        DataLoaders.from_tensors(x, y, valid_pct=0.1, valid=(x[:10], y[:10]))
