@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import random
 from importlib.resources import files
 
 import numpy as np
@@ -16,7 +17,7 @@ from .checks import check_int, check_number
 
 # %% auto #0
 __all__ = ['load_digits', 'shuffled_order', 'EpochOrder', 'EpochBatchSampler', 'ArrayDataset', 'collate_batch', 'StatefulLoader',
-           'DataLoaders', 'make_rings']
+           'DataLoaders', 'set_seed', 'make_rings']
 
 # %% ../nbs/01_bare_loop.ipynb #23ea2bb9
 def load_digits(flatten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -209,6 +210,30 @@ class StatefulLoader:
         self.start_iter = state["start_iter"]
         self._in_pass = False
 
+# %% ../nbs/01_bare_loop.ipynb #b91b4c2e
+def _as_tensor(name: str, value) -> torch.Tensor:
+    "`value` as a tensor: a tensor as is; a NumPy array, a list of numbers, of equal lists or of same-shape tensors converted."
+    if isinstance(value, torch.Tensor):
+        return value
+    try:
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+            return torch.stack(list(value))
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise TypeError(f"{name} must be a tensor, or convertible to one (a NumPy array, a list of numbers or of "
+                        f"equal-length lists, a list of tensors of one shape); got a {type(value).__name__} that "
+                        f"torch cannot convert: {e}") from e
+
+def _split_indices(n: int, valid_pct: float, shuffle: bool, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    "(train, valid) indices into `range(n)`: a seeded random split, or in order with the last `valid_pct` held out."
+    n_valid = int(round(n * valid_pct))
+    if n_valid == n:
+        raise ValueError(f"valid_pct={valid_pct} leaves no training items out of {n}")
+    if not shuffle:
+        return torch.arange(n - n_valid), torch.arange(n - n_valid, n)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return perm[n_valid:], perm[:n_valid]
+
 # %% ../nbs/01_bare_loop.ipynb #e290a02e
 class DataLoaders:
     "A training and a validation loader: anything that iterates over `(xb, yb)` batches."
@@ -226,28 +251,47 @@ class DataLoaders:
         self._train = StatefulLoader.wrap_if_needed(loader)
 
     @classmethod
-    def from_tensors(cls, x: torch.Tensor, y: torch.Tensor, bs: int = 64, valid_pct: float = 0.2,
-                     seed: int = 42, valid_bs: int | None = None) -> DataLoaders:
-        "Split `x, y` at random (seeded) into train and valid; the train loader shuffles, the valid one does not."
+    def from_tensors(cls, x: torch.Tensor, y: torch.Tensor, bs: int = 64, valid_pct: float | None = None,
+                     seed: int = 42, valid_bs: int | None = None, shuffle: bool = True,
+                     valid: tuple | None = None, drop_last: bool = False) -> DataLoaders:
+        "Train and valid loaders over `x, y`, split by `valid_pct` (0.2) or given as `valid=(xv, yv)`; `shuffle=False` keeps the order."
+        x = _as_tensor("x", x)
+        y = _as_tensor("y", y)
         if len(x) != len(y):
             raise ValueError(f"x and y must have the same length, got {len(x)} and {len(y)}")
-        check_number("valid_pct", valid_pct, 0, 1, high_open=True)
         check_int("bs", bs, 1)
         if valid_bs is not None:
             check_int("valid_bs", valid_bs, 1)
-        perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
-        n_valid = int(round(len(x) * valid_pct))
-        valid_idx = perm[:n_valid]
-        train_idx = perm[n_valid:]
-        if len(train_idx) == 0:
-            raise ValueError(f"valid_pct={valid_pct} leaves no training items out of {len(x)}")
-        train = DataLoader(ArrayDataset(x[train_idx], y[train_idx]), collate_fn=collate_batch,
-                           batch_sampler=EpochBatchSampler(len(train_idx), bs, seed=seed))
+        if valid is None:
+            valid_pct = 0.2 if valid_pct is None else valid_pct
+            check_number("valid_pct", valid_pct, 0, 1, high_open=True)
+            train_idx, valid_idx = _split_indices(len(x), valid_pct, shuffle, seed)
+            x, y, x_valid, y_valid = x[train_idx], y[train_idx], x[valid_idx], y[valid_idx]
+        elif valid_pct is not None:
+            raise ValueError(f"give valid=(x_valid, y_valid) or valid_pct, not both (got valid_pct={valid_pct})")
+        elif not isinstance(valid, (tuple, list)) or len(valid) != 2:
+            raise TypeError(f"valid must be a pair (x_valid, y_valid), got {type(valid).__name__}")
+        else:
+            x_valid = _as_tensor("valid[0]", valid[0])
+            y_valid = _as_tensor("valid[1]", valid[1])
+            if len(x_valid) != len(y_valid):
+                raise ValueError(f"valid's x and y must have the same length, got {len(x_valid)} and {len(y_valid)}")
+        train = DataLoader(ArrayDataset(x, y), collate_fn=collate_batch,
+                           batch_sampler=EpochBatchSampler(len(x), bs, seed=seed, shuffle=shuffle, drop_last=drop_last))
         valid = None
-        if n_valid > 0:
-            valid = DataLoader(ArrayDataset(x[valid_idx], y[valid_idx]), batch_size=valid_bs or 2 * bs,
-                               shuffle=False, collate_fn=collate_batch)
+        if len(x_valid) > 0:
+            valid = DataLoader(ArrayDataset(x_valid, y_valid), batch_size=valid_bs or 2 * bs, shuffle=False,
+                               collate_fn=collate_batch)
         return cls(train, valid)
+
+# %% ../nbs/01_bare_loop.ipynb #9be3a789
+def set_seed(seed: int) -> None:
+    "Seed Python's `random`, NumPy and PyTorch (CPU and every CUDA device) with `seed`."
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {seed!r} of type {type(seed).__name__}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
 
 # %% ../nbs/01_bare_loop.ipynb #e1cf9c4d
 def make_rings(n: int = 2048, n_modes: int = 8, radius: float = 2.0, std: float = 0.05,

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import math
-import random
 import sys
 import time
 import warnings
@@ -14,29 +13,21 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import nn
 
 from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException)
+from .checks import check_int, check_number
+from .data import set_seed
 from .engine import AMPEngine, DeviceEngine, Engine, move_optimizer_state
 from .metrics import MeanReducer, as_reducers
 
 # %% auto #0
-__all__ = ['TARGET_KEYS', 'set_seed', 'n_items', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'smooth', 'Recorder',
-           'ProgressCallback', 'default_split_batch', 'LearnerBase', 'LearnerSetup', 'BatchLoop', 'ValidationLoop',
-           'EpochLoop', 'PausableLoop', 'Learner']
-
-# %% ../nbs/04_learner.ipynb #01a187c9
-def set_seed(seed: int) -> None:
-    "Seed Python's `random`, NumPy and PyTorch (CPU and every CUDA device) with `seed`."
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, got {seed!r} of type {type(seed).__name__}")
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+__all__ = ['TARGET_KEYS', 'n_items', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'smooth', 'Recorder', 'ProgressCallback',
+           'default_split_batch', 'LearnerBase', 'LearnerSetup', 'BatchLoop', 'ValidationLoop', 'EpochLoop',
+           'PausableLoop', 'Learner']
 
 # %% ../nbs/04_learner.ipynb #207e3c26
 def n_items(yb) -> int:
@@ -241,13 +232,25 @@ class Recorder(EpochRecorder):
         return ax.figure
 
 # %% ../nbs/04_learner.ipynb #260730fd
+def _is_log(out) -> bool:
+    "Whether `out` is a log: not a terminal, and not a notebook's output (where the table and live plots suffice)."
+    if type(out).__module__.startswith("ipykernel"):
+        return False
+    return not (hasattr(out, "isatty") and out.isatty())
+
 class ProgressCallback(Callback):
-    "Prints a header at the start of training and one row per epoch: losses, metrics and time."
+    "A header, one row per epoch, and in a log (no terminal) a line every `every` batches or `every_s` seconds."
     order = 90  # after the Recorder has written the epoch's row
     unique = True
 
-    def __init__(self, file=None):
+    def __init__(self, file=None, every: int = 200, every_s: float = 30.0, batch_lines: bool | None = None):
         self.file = file  # where to print; None means sys.stdout at the time of printing
+        self.every = check_int("every", every, 1)  # a batch line after this many training batches...
+        self.every_s = check_number("every_s", every_s, 0)  # ...or this many seconds, whichever comes first
+        self.batch_lines = batch_lines  # None: only in a log (`_is_log`)
+        self._lines = False
+        self._n = 0  # training batches since the last line
+        self._last = 0.0  # and the time of that line
 
     def _print(self, line: str) -> None:
         if self.learn.engine.is_master_process:  # one table, not one per process
@@ -256,9 +259,35 @@ class ProgressCallback(Callback):
     def on_train_begin(self):
         if not any(cb is self.learn.recorder for cb in self.learn.cbs):
             raise ValueError("ProgressCallback prints the rows of learn.recorder, which was removed: "
-                             "keep the recorder attached, or remove learn.progress too")
+                             "keep the recorder attached, or build the Learner with progress=False")
+        lines = self.batch_lines if self.batch_lines is not None else _is_log(self.file or sys.stdout)
+        self._lines = lines and self.learn.engine.is_master_process
         self.columns = ["epoch", "train_loss", "valid_loss", *[m.name for m in self.learn.metrics], "time"]
         self._print("  ".join(f"{c:>12}" for c in self.columns))
+
+    def on_epoch_begin(self):
+        self._n = 0
+        self._last = time.perf_counter()
+
+    def on_batch_end(self):
+        if not self._lines or not self.learn.training:
+            return
+        self._n += 1
+        if self._n >= self.every or time.perf_counter() - self._last >= self.every_s:
+            self._batch_line()
+
+    def _batch_line(self) -> None:
+        now = time.perf_counter()
+        learn = self.learn
+        learn.recorder.flush()  # the only host sync: the losses since the last line, as floats
+        losses = learn.recorder.losses[-self._n:]
+        lr = learn.recorder.hypers[-1][0][0]  # the LR the latest step used
+        of = f"/{learn.epoch_len}" if learn.epoch_len else ""
+        ms_per_batch = 1000 * (now - self._last) / self._n
+        self._print(f"epoch {learn.epoch + 1}/{learn.n_epochs}  batch {learn.iter + 1}{of}  lr {lr:.4g}  "
+                    f"loss {sum(losses) / len(losses):.4f}  {ms_per_batch:.2f} ms/batch")
+        self._n = 0
+        self._last = now
 
     def on_epoch_end(self):
         row = self.learn.recorder.values[-1]
@@ -312,8 +341,8 @@ class LearnerBase:
     "The state a callback sees and changes: model, data, loss, optimizers, engine, counters, the current batch."
     def __init__(self, model: nn.Module, dls, loss_func: Callable = nn.functional.cross_entropy,
                  opt_func: Callable = torch.optim.SGD, lr: float = 0.1, cbs=None, metrics=None, engine=None,
-                 split_batch: Callable = default_split_batch):
-        _check_learner_args(model, dls, loss_func=loss_func, opt_func=opt_func, split_batch=split_batch)
+                 split_batch: Callable = default_split_batch, progress: bool | ProgressCallback = True):
+        _check_learner_args(model, dls, progress, loss_func=loss_func, opt_func=opt_func, split_batch=split_batch)
         self.model = model
         self.engine = _as_engine(engine)
         self.dls = self.engine.prepare_dls(dls)  # a DDP engine gives each rank its shard
@@ -341,9 +370,9 @@ class LearnerBase:
         self.loss = None
         self.loss_grad = None
         self.recorder = Recorder()
-        self.progress = ProgressCallback()
+        self.progress = progress if isinstance(progress, ProgressCallback) else ProgressCallback()
         self.cbh = CallbackHandler(learn=self)
-        self.cbh.add(self.recorder, self.progress, *_as_list(cbs))
+        self.cbh.add(self.recorder, *([self.progress] if progress is not False else []), *_as_list(cbs))
 
     @property
     def cbs(self) -> list[Callback]:
@@ -371,12 +400,14 @@ def _as_engine(engine):
                         f"or a DDP engine of notebook 13), got {engine!r} of type {type(engine).__name__}")
     return engine
 
-def _check_learner_args(model, dls, **functions) -> None:
+def _check_learner_args(model, dls, progress, **functions) -> None:
     "A TypeError naming the first of the Learner's arguments that is not what it must be."
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not hasattr(dls, "train"):
         raise TypeError(f"dls must have .train and .valid loaders (a looplab.data.DataLoaders), got {type(dls).__name__}")
+    if not isinstance(progress, (bool, ProgressCallback)):
+        raise TypeError(f"progress must be True, False (train in silence) or a ProgressCallback, got {progress!r}")
     for name, fn in functions.items():
         if not callable(fn):
             raise TypeError(f"{name} must be callable, got {fn!r} of type {type(fn).__name__}")
@@ -474,6 +505,26 @@ def _where(learn) -> str:
     "Which batch of which epoch, for error messages."
     return f"{'training' if learn.training else 'validation'} batch {learn.iter} of epoch {learn.epoch}"
 
+# %% ../nbs/04_learner.ipynb #43d9fa03
+_BACKWARD_CAUSES = {  # a fragment of torch's message: its usual cause in a training loop, and the fix
+    "backward through the graph a second time": "a graph reused across batches: a tensor carried from one batch "
+        "to the next (an RNN's hidden state, a running statistic, a cached output) still holds the graph of the "
+        "previous batch; detach the carried state where each batch starts (h = h.detach())",
+    "does not require grad and does not have a grad_fn": "the loss depends on no trainable parameter: the "
+        "predictions were detached (.detach(), .item(), .numpy(), torch.no_grad()) or every parameter is frozen",
+    "modified by an inplace operation": "a tensor that backward needs was changed in place after the forward "
+        "pass (x += ..., x[...] = ..., an in-place activation); use the out-of-place version",
+}
+
+def _backward_error(learn, e: Exception) -> Exception:
+    "The error of a failed backward, naming the batch and, for a known message, its usual cause."
+    cause = next((c for fragment, c in _BACKWARD_CAUSES.items() if fragment in str(e)), None)
+    message = f"backward failed on {_where(learn)}: {e}" + (f"\nThe usual cause: {cause}." if cause else "")
+    try:
+        return type(e)(message)
+    except Exception:  # an exception type whose constructor takes other arguments
+        return RuntimeError(message)
+
 # %% ../nbs/04_learner.ipynb #924453ea
 class BatchLoop(LearnerSetup):
     "The Learner's state, plus one batch: forward, loss, backward, step, zero_grad, with their events."
@@ -500,7 +551,10 @@ class BatchLoop(LearnerSetup):
     def _backward(self) -> None:
         try:
             self.cbh("on_backward_begin")
-            self.engine.backward_loss(self.loss_grad, self.model, self.opt, self.sync_grads)
+            try:
+                self.engine.backward_loss(self.loss_grad, self.model, self.opt, self.sync_grads)
+            except RuntimeError as e:
+                raise _backward_error(self, e) from e
             self.cbh("on_backward_end")
         except CancelException as cancel:
             self.cbh("on_backward_cancel")

@@ -64,12 +64,12 @@ class MonitorCallback(Callback):
 
 # %% ../nbs/08b_monitoring.ipynb #cc0fdbf3
 class EarlyStopping(MonitorCallback):
-    "Stop the fit once `monitor` has not improved (by `min_delta`) for more than `patience` epochs."
+    "Stop the fit once `monitor` has not improved (by `min_delta`) for `patience` epochs in a row."
     order = 20  # after SaveBestModel (10) and SWA (15) have seen the epoch
 
     def __init__(self, monitor: str = "valid_loss", mode: str = "auto", patience: int = 1, min_delta: float = 0.0):
         super().__init__(monitor, mode, min_delta)
-        self.patience = check_int("patience", patience, 0)  # epochs without improvement before stopping
+        self.patience = check_int("patience", patience, 1)  # epochs without improvement that stop the fit
         self.wait = 0  # epochs since the last improvement
         self.stopped_epoch = None
 
@@ -83,7 +83,7 @@ class EarlyStopping(MonitorCallback):
             self.wait = 0
             return
         self.wait += 1
-        if self.wait > self.patience:
+        if self.wait >= self.patience:
             self.stopped_epoch = self.learn.epoch
             raise CancelFitException()
 

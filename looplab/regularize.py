@@ -152,15 +152,36 @@ class MixUp(Callback):
 
 # %% ../nbs/08_regularization.ipynb #fea291b5
 class LabelSmoothingCrossEntropy:
-    "Cross-entropy against targets smoothed by `eps`: (1 - eps) NLL + eps * mean over classes of -log p."
-    def __init__(self, eps: float = 0.1):
+    "Cross-entropy against targets smoothed by `eps`: equal to `F.cross_entropy(..., label_smoothing=eps)`."
+    def __init__(self, eps: float = 0.1, weight: torch.Tensor | None = None, ignore_index: int = -100,
+                 reduction: str = "mean"):
         check_number("eps", eps, 0, 1, high_open=True)
+        if reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
         self.eps = eps
+        self.weight = weight  # one weight per class, or None
+        self.ignore_index = ignore_index  # targets equal to it count in no term
+        self.reduction = reduction
 
     def __call__(self, preds: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        log_p = torch.log_softmax(preds.float(), dim=-1)
-        nll = nn.functional.nll_loss(log_p, yb)
-        return (1 - self.eps) * nll + self.eps * (-log_p.mean(dim=-1)).mean()
+        class_dim = 0 if preds.ndim == 1 else 1  # nll_loss's convention: (C,), (N, C), (N, C, d1, ...)
+        log_p = torch.log_softmax(preds.float(), dim=class_dim)
+        weight = None if self.weight is None else self.weight.to(log_p)
+        nll = nn.functional.nll_loss(log_p, yb, weight=weight, ignore_index=self.ignore_index,
+                                     reduction=self.reduction)
+        if weight is not None:
+            shape = [1] * log_p.ndim
+            shape[class_dim] = -1
+            log_p = log_p * weight.view(shape)
+        ignored = yb == self.ignore_index
+        smooth = (-log_p.sum(dim=class_dim)).masked_fill(ignored, 0.0)
+        if self.reduction == "sum":
+            smooth = smooth.sum()
+        elif self.reduction == "mean":
+            kept = yb[~ignored]
+            total = ignored.numel() - ignored.sum() if weight is None else weight[kept].sum()
+            smooth = smooth.sum() / total
+        return (1 - self.eps) * nll + self.eps / log_p.shape[class_dim] * smooth
 
     def __repr__(self) -> str:
         return f"LabelSmoothingCrossEntropy(eps={self.eps})"

@@ -20,8 +20,8 @@ from .widgets import LivePlot, _grown_limits, _set_margins
 
 # %% auto #0
 __all__ = ['HYPERS', 'anneal_linear', 'anneal_cos', 'anneal_exp', 'anneal_const', 'anneal_poly', 'Sched', 'combine_scheds',
-           'steps_per_epoch', 'ParamScheduler', 'dry_run_scheduler', 'LRPlan', 'LRPlot', 'one_cycle_scheds',
-           'fit_one_cycle', 'fit_sgdr', 'fit_flat_cos']
+           'steps_per_epoch', 'ParamScheduler', 'TorchScheduler', 'dry_run_scheduler', 'LRPlan', 'LRPlot',
+           'one_cycle_scheds', 'fit_one_cycle', 'fit_sgdr', 'fit_flat_cos']
 
 # %% ../nbs/06_schedules.ipynb #0d25c790
 def anneal_linear(start: float, end: float, pct: float) -> float:
@@ -174,6 +174,62 @@ class ParamScheduler(Callback):
 
     def load_state_dict(self, state: dict) -> None:
         self.start_step = state["start_step"]
+
+# %% ../nbs/06_schedules.ipynb #ce3bf36d
+class TorchScheduler(Callback):
+    "Steps the `torch.optim.lr_scheduler` that `make(opt)` builds: every real step or every epoch; a plateau scheduler on `monitor`."
+    order = 0  # after the Recorder (-10), which records the LR the step used before this moves it
+
+    def __init__(self, make: Callable, every: str | None = None, monitor: str = "valid_loss"):
+        if not callable(make):
+            raise TypeError(f"make must be callable as make(opt) -> a torch.optim.lr_scheduler, got {make!r}")
+        if every not in (None, "step", "epoch"):
+            raise ValueError(f"every must be 'step' or 'epoch' (None: 'epoch' for ReduceLROnPlateau, else 'step'), "
+                             f"got {every!r}")
+        self.make = make
+        self.every = every
+        self.monitor = monitor  # the recorded column ReduceLROnPlateau steps on
+        self.scheduler = None
+        self._state = None  # a state loaded before the fit built the scheduler
+
+    def on_train_begin(self):
+        self.scheduler = self.make(self.learn.opt)
+        plateau = isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+        if plateau and self.every == "step":
+            raise ValueError("ReduceLROnPlateau steps on a value recorded once per epoch: use every='epoch'")
+        names = ["train_loss", "valid_loss", *[m.name for m in self.learn.metrics]]
+        if plateau and self.monitor not in names:
+            raise ValueError(f"monitor={self.monitor!r} is not recorded: the Recorder writes {names}")
+        self._on = "epoch" if plateau else (self.every or "step")
+        self._plateau = plateau
+        if self._state is not None:
+            self.scheduler.load_state_dict(self._state)
+            self._state = None
+
+    def on_step_end(self):
+        if self._on == "step":
+            self.scheduler.step()
+
+    def on_epoch_end(self):
+        if self._on != "epoch":
+            return
+        if not self._plateau:
+            self.scheduler.step()
+            return
+        value = self.learn.recorder.values[-1][self.monitor]
+        if math.isnan(value):
+            raise ValueError(f"ReduceLROnPlateau monitors {self.monitor!r}, which is NaN at epoch "
+                             f"{self.learn.epoch} (no validation data?)")
+        self.scheduler.step(value)
+
+    def state_dict(self) -> dict:
+        return self.scheduler.state_dict() if self.scheduler is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.scheduler is None:
+            self._state = state
+        else:
+            self.scheduler.load_state_dict(state)
 
 # %% ../nbs/06_schedules.ipynb #bbcba3c4
 def dry_run_scheduler(scheduler: Callable, opt: torch.optim.Optimizer, n_steps: int) -> dict[str, list | None]:
@@ -394,9 +450,10 @@ def _as_cb_list(cbs) -> list:
     return [] if cbs is None else list(cbs) if isinstance(cbs, (list, tuple)) else [cbs]
 
 # %% ../nbs/06_schedules.ipynb #5cfb1b08
-def fit_one_cycle(learn, n_epochs: int, lr_max, div: float = 25.0, div_final: float = 1e4, pct_start: float = 0.25,
+def fit_one_cycle(learn, n_epochs: int, lr_max=None, div: float = 25.0, div_final: float = 1e4, pct_start: float = 0.25,
                   moms: tuple[float, float, float] | None = (0.95, 0.85, 0.95), cbs=None) -> ParamScheduler:
     "Train `learn` for `n_epochs` with the 1cycle policy (LR up then down, momentum the other way); return the scheduler."
+    lr_max = learn.lr if lr_max is None else lr_max  # the Learner's LR, unless told otherwise
     _check_lr(lr_max)
     cbs = _as_cb_list(cbs)
     if moms is not None and not all(_has_hyper(g, "mom") for g in _opt_groups(learn)):
@@ -415,9 +472,10 @@ def _opt_groups(learn) -> list[dict]:
     return learn.opt.param_groups
 
 # %% ../nbs/06_schedules.ipynb #f87b3029
-def fit_sgdr(learn, n_cycles: int, cycle_len: int, lr_max, cycle_mult: int = 2, lr_min: float = 0.0,
+def fit_sgdr(learn, n_cycles: int, cycle_len: int, lr_max=None, cycle_mult: int = 2, lr_min: float = 0.0,
              cbs=None) -> ParamScheduler:
     "Train with cosine annealing and warm restarts: `n_cycles` cycles, the first `cycle_len` epochs, each `cycle_mult` times longer."
+    lr_max = learn.lr if lr_max is None else lr_max
     _check_lr(lr_max)
     for name, value in (("n_cycles", n_cycles), ("cycle_len", cycle_len), ("cycle_mult", cycle_mult)):
         check_int(name, value, low=1)
@@ -432,9 +490,10 @@ def fit_sgdr(learn, n_cycles: int, cycle_len: int, lr_max, cycle_mult: int = 2, 
     learn.fit(n_epochs, cbs=[scheduler, *cbs])
     return scheduler
 
-def fit_flat_cos(learn, n_epochs: int, lr, pct_start: float = 0.75, div_final: float = 1e5,
+def fit_flat_cos(learn, n_epochs: int, lr=None, pct_start: float = 0.75, div_final: float = 1e5,
                  cbs=None) -> ParamScheduler:
     "Train at a flat `lr` for `pct_start` of the steps, then anneal with a cosine down to `lr / div_final`."
+    lr = learn.lr if lr is None else lr
     _check_lr(lr, "lr")
     if not 0 <= pct_start < 1:
         raise ValueError(f"pct_start must be in [0, 1) (the share of training at a flat LR), got {pct_start!r}")

@@ -219,3 +219,17 @@ def write_pid_then(pid_dir, action):
     if action == "sleep":
         time.sleep(600)
     return rank
+
+
+def ordered_run(log, ckpt=None, stop_at=None, resume=False, n_epochs=2):
+    "Ordered data (shuffle=False) with an explicit validation set: log each global batch; stop, save or resume."
+    x, y = toy_data(n=96)
+    set_seed(0)
+    dls = DataLoaders.from_tensors(x[:80], y[:80], bs=16, shuffle=False, valid=(x[80:], y[80:]))
+    engine = DistributedDataParallelEngine(device="cpu") if dist.is_initialized() else None
+    learn = Learner(DropIndex(), dls, lr=0.1, opt_func=partial(torch.optim.SGD, momentum=0.9), engine=engine,
+                    cbs=[ItemLog(log), SaveAndStop(ckpt, stop_at)], progress=False)
+    if resume:
+        load_checkpoint(learn, ckpt)
+    learn.fit(n_epochs)
+    return {k: v.clone() for k, v in learn.model.state_dict().items()}, [r["valid_loss"] for r in learn.recorder.values]

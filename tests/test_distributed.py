@@ -145,3 +145,22 @@ def test_torchrun_trains_the_example_with_two_processes(tmp_path):
     assert result["world_size"] == 2 and result["valid_items"] == 359
     assert result["accuracy"] > 0.85
     assert done.stdout.count("train_loss") == 1  # one progress table: rank 0's
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_ordered_data_with_a_validation_set_under_ddp_equals_one_process_and_resumes(tmp_path, nprocs):
+    "from_tensors(shuffle=False, valid=...): every process count sees the items in the order given, trains alike."
+    single, single_valid = w.ordered_run(tmp_path / "single.log")  # this process: no DDP
+    in_order = [list(range(i, i + 16)) for i in range(0, 80, 16)]
+    assert items(tmp_path / "single.log") == 2 * in_order
+    (params, valid), *_ = launch(w.ordered_run, nprocs=nprocs, args=(tmp_path / "ddp.log",))
+    assert items(tmp_path / "ddp.log") == 2 * in_order  # each global batch, shard by shard, in the order given
+    for name, p in single.items():
+        assert (params[name] - p).abs().max() <= 1e-6, name
+    assert all(abs(a - b) <= 1e-6 for a, b in zip(valid, single_valid))  # the explicit validation set, over ranks
+    ckpt = tmp_path / "mid.pt"
+    launch(w.ordered_run, nprocs=nprocs, args=(tmp_path / "first.log", ckpt, 7))  # stopped in epoch 1
+    (resumed, _), *_ = launch(w.ordered_run, nprocs=3 - nprocs, args=(tmp_path / "second.log", ckpt, None, True))
+    assert items(tmp_path / "first.log") + items(tmp_path / "second.log") == 2 * in_order
+    for name, p in single.items():
+        assert (resumed[name] - p).abs().max() <= 1e-6, name

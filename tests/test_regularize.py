@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 from torch import nn
 
@@ -161,12 +163,35 @@ def test_mixup_blends_inputs_and_losses_in_training_only():
         MixUp(-0.2)
 
 
-def test_label_smoothing_equals_torch():
-    logits = torch.randn(64, 7)
-    y = torch.randint(0, 7, (64,))
-    for eps in (0.0, 0.1, 0.3):
-        assert torch.allclose(LabelSmoothingCrossEntropy(eps)(logits, y),
-                              nn.functional.cross_entropy(logits, y, label_smoothing=eps), atol=1e-6)
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 6), c=st.integers(1, 6), extra=st.lists(st.integers(1, 4), max_size=2),
+       eps=st.sampled_from([0.0, 0.1, 0.35, 0.9]), weighted=st.booleans(), ignore=st.sampled_from([-100, 0, 2]),
+       p_ignored=st.sampled_from([0.0, 0.3, 1.0]), reduction=st.sampled_from(["mean", "sum", "none"]),
+       seed=st.integers(0, 2**16))
+def test_label_smoothing_equals_torch_on_every_shape_weight_ignore_index_and_reduction(
+        n, c, extra, eps, weighted, ignore, p_ignored, reduction, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = 3 * torch.randn(n, c, *extra, generator=g)
+    y = torch.randint(0, c, (n, *extra), generator=g)
+    y[torch.rand(y.shape, generator=g) < p_ignored] = ignore
+    weight = torch.rand(c, generator=g) + 0.1 if weighted else None
+    mine = LabelSmoothingCrossEntropy(eps, weight=weight, ignore_index=ignore, reduction=reduction)(logits, y)
+    theirs = nn.functional.cross_entropy(logits, y, weight=weight, ignore_index=ignore, label_smoothing=eps,
+                                         reduction=reduction)
+    assert mine.shape == theirs.shape
+    assert torch.allclose(mine, theirs, atol=1e-5, rtol=1e-5, equal_nan=True)  # NaN alike: all targets ignored
+
+
+def test_label_smoothing_flattened_equals_transposed_and_ignored_rows_do_not_count():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 6, 5, generator=g)
+    y = torch.randint(0, 6, (8, 5), generator=g)
+    loss = LabelSmoothingCrossEntropy(0.1)
+    assert torch.allclose(loss(x, y), loss(x.transpose(1, 2).reshape(-1, 6), y.reshape(-1)))
+    y[0] = -100
+    x_other = x.clone()
+    x_other[0] = 5.0
+    assert torch.equal(loss(x, y), loss(x_other, y))
 
 
 def test_rnn_regularizer_adds_ar_and_tar_to_loss_grad_only():
@@ -233,7 +258,7 @@ def test_monitors_must_be_recorded(make):
 
 
 @pytest.mark.parametrize("make, error, words", [
-    (lambda: EarlyStopping(patience=-1), ValueError, ["patience", ">= 0", "-1"]),
+    (lambda: EarlyStopping(patience=0), ValueError, ["patience", ">= 1", "0"]),
     (lambda: EarlyStopping(patience=1.5), TypeError, ["patience", "1.5"]),
     (lambda: EarlyStopping(mode="down"), ValueError, ["mode", "'min'", "'max'"]),
     (lambda: SaveBestModel(min_delta=-1), ValueError, ["min_delta", ">= 0"]),
@@ -265,12 +290,13 @@ class Script(Callback):
         self.learn.recorder.values[-1][self.key] = self.values[self.learn.epoch]
 
 
-@pytest.mark.parametrize("patience, stopped", [(0, 2), (1, 3), (3, None)])
+@pytest.mark.parametrize("patience, stopped", [(1, 2), (2, 3), (3, None)])
 def test_early_stopping_patience_and_min_delta(patience, stopped):
     learn = make_learner(metrics=[Accuracy()])
     stop = EarlyStopping("accuracy", patience=patience, min_delta=0.01)
     learn.fit(5, cbs=[Script("accuracy", [0.5, 0.6, 0.605, 0.609, 0.7]), stop])
     assert stop.stopped_epoch == stopped and stop.mode == "max"
+    assert len(learn.recorder.values) == (5 if stopped is None else stopped + 1)  # the epochs trained
 
 
 def test_save_best_model_loads_the_best_weights_at_the_end_even_when_stopped_early():
@@ -285,7 +311,7 @@ def test_save_best_model_loads_the_best_weights_at_the_end_even_when_stopped_ear
     best = SaveBestModel()
     learn = make_learner()
     learn.fit(6, cbs=[Script("valid_loss", [0.9, 0.5, 0.7, 0.8, 0.9, 0.1]), best, keep, EarlyStopping(patience=2)])
-    assert best.best_epoch == 1 and len(keep.weights) == 5
+    assert best.best_epoch == 1 and len(keep.weights) == 4  # epochs 2 and 3 do not improve: stopped at 3
     assert all(torch.equal(v, learn.model.state_dict()[k]) for k, v in keep.weights[1].items())
 
 
