@@ -10,6 +10,7 @@ import os
 import pickle
 import random
 import re
+import warnings
 from collections import OrderedDict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,9 +22,9 @@ from . import __version__
 from .callback import Callback
 
 # %% auto #0
-__all__ = ['FORMAT', 'FORMAT_VERSION', 'rng_state', 'set_rng_state', 'learner_state', 'load_learner_state', 'atomic_save',
-           'state_digest', 'CheckpointError', 'write_checkpoint', 'save_checkpoint', 'read_checkpoint',
-           'load_checkpoint', 'Checkpoint']
+__all__ = ['FORMAT', 'FORMAT_VERSION', 'rng_state', 'set_rng_state', 'learner_state', 'unsaved_callback_tensors',
+           'load_learner_state', 'atomic_save', 'state_digest', 'CheckpointError', 'write_checkpoint',
+           'save_checkpoint', 'read_checkpoint', 'load_checkpoint', 'Checkpoint']
 
 # %% ../nbs/12_checkpoint.ipynb #a445c3cf
 def rng_state() -> dict:
@@ -75,6 +76,13 @@ def learner_state(learn) -> dict:
                          "a name (learn.opts['name'] = opt) before saving")
     epoch, batch = learn.position
     order = learn.train_order
+    unsaved = unsaved_callback_tensors(learn)
+    if unsaved and learn.engine.is_master_process:
+        held = "; ".join(f"{name} ({', '.join(attrs)})" for name, attrs in unsaved.items())
+        warnings.warn(f"callbacks hold tensors that this state does not save, so a run resumed from it may differ "
+                      f"from the uninterrupted one: {held}. Define state_dict and load_state_dict on them to save "
+                      "those tensors (or a state_dict returning {} if they are recomputed every batch)",
+                      RuntimeWarning, stacklevel=2)
     return {**learn.engine.pack_checkpoint(learn.model, learn.opts),
             "opt_name": opt_names[0] if opt_names else None,
             "callbacks": _callback_states(learn),
@@ -94,6 +102,28 @@ def _callback_states(learn) -> dict:
             k += 1
         states[key] = cb.state_dict()
     return states
+
+# %% ../nbs/12_checkpoint.ipynb #0758848c
+def _holds_tensor(value, depth: int = 0) -> bool:
+    "Whether `value` is a tensor, or a list, tuple or dict holding one (looked into three levels deep)."
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth >= 3:
+        return False
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, (list, tuple)) and any(_holds_tensor(v, depth + 1) for v in value)
+
+def unsaved_callback_tensors(learn) -> dict[str, list[str]]:
+    "Callbacks that hold tensors but define no `state_dict`: class name → the names of the attributes holding them."
+    unsaved = {}
+    for cb in learn.cbs:
+        if type(cb).state_dict is not Callback.state_dict:
+            continue  # its author decided what to save
+        attrs = [name for name, value in vars(cb).items() if name != "learn" and _holds_tensor(value)]
+        if attrs:
+            unsaved.setdefault(type(cb).__name__, []).extend(attrs)
+    return unsaved
 
 # %% ../nbs/12_checkpoint.ipynb #c2b833a0
 def load_learner_state(learn, state: dict) -> None:

@@ -5,12 +5,14 @@
 # %% ../nbs/03_metrics.ipynb #d7fe7aa8
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import torch
+from torch import nn
 
 # %% auto #0
-__all__ = ['MetricReducer', 'MeanReducer', 'FunctionReducer', 'wrap_reducer', 'accuracy', 'Accuracy', 'as_reducers']
+__all__ = ['MetricReducer', 'MeanReducer', 'FunctionReducer', 'wrap_reducer', 'accuracy', 'Accuracy', 'Perplexity', 'as_reducers']
 
 # %% ../nbs/03_metrics.ipynb #4f8e86bb
 class MetricReducer:
@@ -125,6 +127,23 @@ class Accuracy(MetricReducer):
         if count == 0:
             raise ValueError("accuracy: no items were seen in any slot, so there is no accuracy to report")
         return correct / count
+
+# %% ../nbs/03_metrics.ipynb #e8228731
+class Perplexity(MeanReducer):
+    "`exp` of the mean of `loss_func(preds, yb)` per target: each batch weighted by `yb.numel()`, exact across batches and slots."
+    def __init__(self, loss_func: Callable = nn.functional.cross_entropy, name: str = "perplexity"):
+        if not callable(loss_func):
+            raise TypeError(f"Perplexity needs a callable loss_func(preds, yb) returning the mean loss per target, "
+                            f"got {loss_func!r}")
+        self.loss_func = loss_func
+        super().__init__(name)
+
+    def update(self, preds: torch.Tensor, yb: torch.Tensor) -> None:
+        self.add(self.loss_func(preds, yb), yb.numel())
+
+    def cross_slot_reduce(self, per_slot: Sequence) -> float:
+        mean_loss = super().cross_slot_reduce(per_slot)
+        return math.exp(mean_loss) if mean_loss < 709 else math.inf  # exp overflows a float beyond ~709.78
 
 # %% ../nbs/03_metrics.ipynb #6b377e64
 def as_reducers(metrics) -> list[MetricReducer]:

@@ -18,6 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from looplab.callback import Callback
 from looplab.checkpoint import (Checkpoint, CheckpointError, atomic_save, load_checkpoint, read_checkpoint,
                                 save_checkpoint, state_digest)
 from looplab.data import DataLoaders, collate_batch, load_digits
@@ -365,3 +366,55 @@ def test_keep_prev_false_keeps_one_file(tmp_path):
     learn.fit(1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["only.pt"]
     assert read_checkpoint(tmp_path / "only.pt")["state"]["loop"] == {"epoch": 1, "iter": 0, "n_iter": 45, "n_steps": 45}
+
+
+class EmaOfInputs(Callback):
+    "Keeps tensors from batch to batch without a state_dict: a moving average, and the last inputs in a dict of lists."
+    def __init__(self):
+        self.ema = None
+        self.recent = {"inputs": []}
+        self.scale = 1.0
+
+    def on_batch_begin(self):
+        x = self.learn.xb.mean(0)
+        self.ema = x if self.ema is None else 0.9 * self.ema + 0.1 * x
+        self.recent["inputs"] = [self.learn.xb[:1]]
+
+
+class SavedEma(EmaOfInputs):
+    "The same tensors, saved."
+    def state_dict(self):
+        return {"ema": self.ema}
+
+    def load_state_dict(self, state):
+        self.ema = state["ema"]
+
+
+class Counts(Callback):
+    "Numbers, lists and strings only: nothing a checkpoint could miss."
+    def __init__(self):
+        self.counts = [0, 1]
+        self.label = "counts"
+
+
+def checkpoint_warnings(tmp_path, *cbs) -> list[str]:
+    "The RuntimeWarnings of a fit that checkpoints every 10 batches with `cbs` attached."
+    learn = build_learner(tmp_path / "w.pt", every=10)
+    learn.add_cbs(*cbs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        learn.fit(1)
+    return [str(w.message) for w in caught if w.category is RuntimeWarning]
+
+
+def test_a_callback_holding_tensors_without_state_dict_is_named_when_a_checkpoint_is_written(tmp_path):
+    found = checkpoint_warnings(tmp_path, EmaOfInputs(), SavedEma(), Counts())
+    assert len(found) == 4  # one per checkpoint: after batches 10, 20, 30 and 40
+    assert all("EmaOfInputs (ema, recent)" in message and "state_dict" in message for message in found)
+    assert not any("SavedEma" in message or "Counts" in message for message in found)
+    assert checkpoint_warnings(tmp_path, SavedEma(), Counts()) == []
+    learn = build_learner()
+    learn.add_cbs(EmaOfInputs())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save_checkpoint(learn, tmp_path / "before-fit.pt")  # no tensor held yet (ema None, an empty list): no warning
