@@ -132,7 +132,7 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(CallbackError, match=r"n_crit\(0\) must return an int >= 1, got 0"):
         learn.fit(1)
     learn = ring_learner(critic=nn.Linear(2, 3), n=256)
-    with pytest.raises(ValueError, match=r"one score per sample.*\(64, 3\)"):
+    with pytest.raises(ValueError, match=r"one score per item.*\(64, 3\)"):
         learn.fit(1)
     dls = DataLoaders.from_tensors(torch.randn(64, 2), torch.zeros(64), bs=32, valid_pct=0.0)
     plain = Learner(nn.Linear(2, 2), dls, cbs=[GANTrainer()])
