@@ -327,6 +327,7 @@ class TrainingMean(MeanReducer):
     def cross_slot_reduce(self, per_slot) -> float:
         return math.nan if sum(s[1] for s in per_slot) == 0 else super().cross_slot_reduce(per_slot)
 
+# %% ../nbs/10_gan.ipynb #b2b28364
 GAN_COLUMNS = ("gen_loss", "crit_loss", "D(x)", "D(G(z))")
 
 class GANColumns(Callback):
