@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable
 
 from matplotlib.figure import Figure
@@ -16,13 +17,16 @@ import torch.nn.functional as F
 
 from .callback import Callback
 from .checks import check_int, check_number
-from .learner import Learner
-from .widgets import LivePlot
+from .learner import Learner, _over_ranks
+from .metrics import MeanReducer
+from .widgets import FigurePlot, LivePlot
 
 # %% auto #0
-__all__ = ['GAN_PRESETS', 'GANModule', 'GANLoss', 'nonsaturating_gen_loss', 'bce_crit_loss', 'wgan_gen_loss', 'wgan_crit_loss',
-           'gan_opts', 'clamp_weights', 'GANFeeder', 'GANTrainer', 'FixedGANSwitcher', 'AdaptiveGANSwitcher',
-           'gan_learner', 'ring_scatter', 'digit_grid', 'draw_gan_panels', 'GANPlot']
+__all__ = ['LOGIT_LOSSES', 'GAN_MODES', 'GAN_COLUMNS', 'GAN_PRESETS', 'GANModule', 'nonsaturating_gen_loss', 'bce_crit_loss',
+           'wgan_gen_loss', 'wgan_crit_loss', 'GANLoss', 'gan_opts', 'clamp_weights', 'gan_split_batch',
+           'check_noise_size', 'GANFeeder', 'GANTrainer', 'TrainingMean', 'GANColumns', 'FixedGANSwitcher',
+           'AdaptiveGANSwitcher', 'gan_learner', 'ring_scatter', 'digit_grid', 'draw_gan_panels', 'GANPanels',
+           'GANPlot']
 
 # %% ../nbs/10_gan.ipynb #818a26a3
 class GANModule(nn.Module):
@@ -40,41 +44,13 @@ class GANModule(nn.Module):
         "Put the module in generator mode (`True`), critic mode (`False`), or the other mode (`None`)."
         self.gen_mode = not self.gen_mode if gen_mode is None else gen_mode
 
-# %% ../nbs/10_gan.ipynb #52db366b
-def _scores(pred: torch.Tensor, what: str) -> torch.Tensor:
-    "The critic's output `pred` as one score per sample; a ValueError if it is anything else."
-    if pred.ndim == 2 and pred.shape[1] == 1:
-        return pred[:, 0]
-    if pred.ndim != 1:
-        raise ValueError(f"the critic must output one score per sample, shape (bs,) or (bs, 1); got shape "
-                         f"{tuple(pred.shape)} for {what}: end it with a Linear(..., 1)")
-    return pred
-
-class GANLoss(nn.Module):
-    "The generator's loss in generator mode; in critic mode, real predictions against predictions on fresh fakes."
-    def __init__(self, gen_loss_func: Callable, crit_loss_func: Callable, gan_model: GANModule):
-        super().__init__()
-        self.gen_loss_func = gen_loss_func  # fake scores -> loss
-        self.crit_loss_func = crit_loss_func  # (real scores, fake scores) -> loss
-        self.gan_model = gan_model
-
-    def forward(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        "Generator mode: `preds` are fakes. Critic mode: `preds` score real samples, `target` is the noise."
-        model = self.gan_model
-        if model.gen_mode:
-            return self.gen_loss_func(_scores(model.critic(preds), "fake samples").float())
-        with torch.no_grad():  # no gradient flows into the generator when the critic learns
-            fake = model.generator(target)
-        fake_scores = _scores(model.critic(fake), "fake samples").float()
-        return self.crit_loss_func(_scores(preds, "real samples").float(), fake_scores)
-
 # %% ../nbs/10_gan.ipynb #04ce9c8d
 def nonsaturating_gen_loss(fake_scores: torch.Tensor) -> torch.Tensor:
     "The standard GAN's non-saturating generator loss: -log D(G(z)), with D = sigmoid(score)."
     return F.softplus(-fake_scores).mean()
 
 def bce_crit_loss(real_scores: torch.Tensor, fake_scores: torch.Tensor) -> torch.Tensor:
-    "The standard GAN's critic loss: binary cross-entropy, real labelled 1, fake 0."
+    "The standard GAN's critic loss: binary cross-entropy on logits, real labelled 1, fake 0."
     return F.softplus(-real_scores).mean() + F.softplus(fake_scores).mean()
 
 def wgan_gen_loss(fake_scores: torch.Tensor) -> torch.Tensor:
@@ -84,6 +60,65 @@ def wgan_gen_loss(fake_scores: torch.Tensor) -> torch.Tensor:
 def wgan_crit_loss(real_scores: torch.Tensor, fake_scores: torch.Tensor) -> torch.Tensor:
     "WGAN's critic loss: the negated estimate of the Wasserstein distance, E[D(fake)] - E[D(real)]."
     return fake_scores.mean() - real_scores.mean()
+
+LOGIT_LOSSES = (bce_crit_loss,)  # critic losses that apply the sigmoid themselves: a critic ending in one is wrong
+
+# %% ../nbs/10_gan.ipynb #52db366b
+def _scores(pred: torch.Tensor, what: str) -> torch.Tensor:
+    "The critic's output `pred` as one score per item; a ValueError naming the shape and both fixes otherwise."
+    if pred.ndim >= 1 and len(pred) and pred[0].numel() == 1:
+        return pred.reshape(len(pred))  # (bs,), (bs, 1), or a conv critic's (bs, 1, 1, 1)
+    per_item = pred[0].numel() if pred.ndim >= 1 and len(pred) else 0
+    raise ValueError(f"the critic must output one score per item, shape (bs,), (bs, 1) or (bs, 1, 1, 1); got shape "
+                     f"{tuple(pred.shape)} ({per_item} values per item) for {what}. An MLP critic: end it with "
+                     "nn.Linear(..., 1). A conv critic: end it with a conv to 1 channel whose kernel covers its whole "
+                     "input (1x1 out), or flatten and map to one score: nn.Flatten(), nn.LazyLinear(1)")
+
+class GANLoss(nn.Module):
+    "The generator's loss in generator mode; in critic mode, real predictions against predictions on fresh fakes."
+    n_logit_checks = 20  # critic batches whose scores are checked for a sigmoid in front of a logits loss
+
+    def __init__(self, gen_loss_func: Callable, crit_loss_func: Callable, gan_model: GANModule):
+        super().__init__()
+        self.gen_loss_func = gen_loss_func  # fake scores -> loss
+        self.crit_loss_func = crit_loss_func  # (real scores, fake scores) -> loss
+        self.gan_model = gan_model
+        self.real_score = None  # the mean critic score of the last critic batch's real samples: D(x)
+        self.fake_score = None  # and of its fakes: D(G(z))
+        self.n_checked = 0  # critic batches whose scores all lay in [0, 1]
+
+    def critic_loss(self, real_scores: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+        "The critic's loss: its scores of real samples against its scores of `fake` (made without gradient)."
+        real_scores = _scores(real_scores, "real samples").float()
+        fake_scores = _scores(self.gan_model.critic(fake), "fake samples").float()
+        self.real_score = real_scores.detach().mean()
+        self.fake_score = fake_scores.detach().mean()
+        if self.crit_loss_func in LOGIT_LOSSES and self.n_checked < self.n_logit_checks:
+            self._check_logits(real_scores, fake_scores)
+        return self.crit_loss_func(real_scores, fake_scores)
+
+    def _check_logits(self, real_scores: torch.Tensor, fake_scores: torch.Tensor) -> None:
+        "Count a batch whose scores all lie in [0, 1]; warn after `n_logit_checks` of them in a row."
+        both = torch.cat([real_scores.detach(), fake_scores.detach()])
+        if both.min() < 0 or both.max() > 1:
+            self.n_checked = self.n_logit_checks  # a logit outside [0, 1]: no sigmoid, stop checking
+            return
+        self.n_checked += 1
+        if self.n_checked == self.n_logit_checks:  # a warning: a logits critic can start inside [0, 1] too
+            warnings.warn(f"the critic's scores lay in [0, 1] on its first {self.n_checked} batches (last: "
+                          f"{float(both.min()):.3f} to {float(both.max()):.3f}), but "
+                          f"{self.crit_loss_func.__name__} wants logits (any real number; it applies the sigmoid "
+                          "itself): if the critic ends in a sigmoid, remove it", RuntimeWarning, stacklevel=2)
+
+    def forward(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        "Generator mode: `preds` are fakes. Critic mode: `preds` score real samples, `target` is the noise."
+        model = self.gan_model
+        if model.gen_mode:
+            fake_scores = _scores(model.critic(preds), "fake samples").float()
+            return self.gen_loss_func(fake_scores)
+        with torch.no_grad():  # no gradient flows into the generator when the critic learns
+            fake = model.generator(target)
+        return self.critic_loss(preds, fake)
 
 # %% ../nbs/10_gan.ipynb #04c04920
 def gan_opts(model: GANModule, opt_func: Callable, lr: float) -> dict:
@@ -98,22 +133,68 @@ def clamp_weights(module: nn.Module, clip: float) -> None:
         for p in module.parameters():
             p.clamp_(-clip, clip)
 
+# %% ../nbs/10_gan.ipynb #d5e3ea79
+def gan_split_batch(batch) -> tuple:
+    "A GAN's batch as (real samples, None): a tensor, a 1-tuple, or `(x, y)`, whose labels an unconditional GAN never reads."
+    if isinstance(batch, torch.Tensor):
+        return batch, None
+    if isinstance(batch, (tuple, list)) and len(batch) in (1, 2) and isinstance(batch[0], torch.Tensor):
+        return batch[0], None
+    raise TypeError(f"a GAN's batch must be a tensor of real samples, a 1-tuple (x,) or a pair (x, y) whose y is "
+                    f"ignored; got {type(batch).__name__}"
+                    f"{' of length ' + str(len(batch)) if isinstance(batch, (tuple, list)) else ''}")
+
+def check_noise_size(generator: nn.Module, noise_size: tuple) -> None:
+    "Run `generator` on 2 noise vectors of `noise_size`; if it fails, a ValueError naming `noise_size` and what it takes."
+    param = next(generator.parameters(), None)
+    noise = torch.zeros(2, *noise_size, device=None if param is None else param.device)  # zeros: no random number drawn
+    was_training = generator.training
+    generator.eval()  # no batch-norm statistics moved by the probe
+    try:
+        with torch.no_grad():
+            generator(noise)
+    except (RuntimeError, ValueError, TypeError, IndexError) as e:
+        first = next((m for m in generator.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))), None)
+        takes = ""
+        if isinstance(first, nn.Linear):
+            takes = f"; its first layer {first} takes noise_size={first.in_features}"
+        elif first is not None:
+            takes = (f"; its first layer {first} takes {first.in_channels} channels: noise_size="
+                     f"({first.in_channels}, 1, 1) for a DCGAN generator")
+        raise ValueError(f"noise_size={noise_size if len(noise_size) > 1 else noise_size[0]} does not fit the "
+                         f"generator: generator(noise of shape {tuple(noise.shape)}) failed{takes} ({e})") from e
+    finally:
+        generator.train(was_training)
+
+def _check_critic_end(critic: nn.Module, loss_func) -> None:
+    "A ValueError if `critic` ends in nn.Sigmoid while `loss_func` wants logits."
+    last = list(critic.modules())[-1]
+    crit_loss_func = getattr(loss_func, "crit_loss_func", None)
+    if isinstance(last, nn.Sigmoid) and crit_loss_func in LOGIT_LOSSES:
+        raise ValueError(f"the critic ends in nn.Sigmoid, but {crit_loss_func.__name__} wants logits (it applies "
+                         "the sigmoid itself, in a numerically safe way): remove the critic's final nn.Sigmoid")
+
 # %% ../nbs/10_gan.ipynb #4f99b4a2
 class GANFeeder(Callback):
     "Feed a GANModule: real data to the critic, noise to the generator, one optimizer each, the other network frozen."
     order = -20  # feeds the batch and picks the optimizer before the others see them
     unique = True
 
-    def __init__(self, noise_size: int | tuple = 2, clip: float | None = None, gen_first: bool = False):
+    def __init__(self, noise_size: int | tuple = 2, clip: float | None = None, gen_first: bool = False,
+                 valid_seed: int = 0):
         self.clip = check_number("clip", clip, low=0, low_open=True, allow_none=True)  # WGAN's weight clipping
         self.noise_size = (noise_size,) if isinstance(noise_size, int) else tuple(noise_size)
         self.gen_first = gen_first
+        self.valid_seed = check_int("valid_seed", valid_seed)  # the validation noise: the same at every pass
+        self.gen_loss = self.crit_loss = None  # each network's loss on the current batch; None if it did not train
 
     def on_train_begin(self):
         learn = self.learn
         if not isinstance(learn.model, GANModule):
             raise TypeError(f"{type(self).__name__} trains a looplab.gan.GANModule(generator, critic), got "
                             f"{type(learn.model).__name__}: build the learner with gan_learner or wrap the two networks")
+        _check_critic_end(learn.model.critic, learn.loss_func)
+        check_noise_size(learn.model.generator, self.noise_size)
         if sorted(learn.opts) != ["critic", "generator"]:
             learn.opts = gan_opts(learn.model, learn.opt_func, learn.lr)
         self.switch(self.gen_first)
@@ -132,14 +213,32 @@ class GANFeeder(Callback):
 
     def on_batch_begin(self):
         learn = self.learn
-        if not learn.training:
-            return
         real = learn.xb
-        noise = self.noise(len(real), real.device)
-        if learn.model.gen_mode:
+        self.gen_loss = self.crit_loss = None
+        if not learn.training:  # validation: the generator on noise of its own, never on real data
+            noise = torch.randn(len(real), *self.noise_size, generator=self._valid_noise).to(real.device)
             learn.xb, learn.yb = noise, real
+        elif learn.model.gen_mode:
+            learn.xb, learn.yb = self.noise(len(real), real.device), real
         else:
-            learn.xb, learn.yb = real, noise
+            learn.xb, learn.yb = real, self.noise(len(real), real.device)
+
+    def on_validate_begin(self):
+        self._valid_noise = torch.Generator().manual_seed(self.valid_seed)  # leaves the training's random numbers alone
+        self._mode_before = self.learn.model.gen_mode
+        self.learn.model.switch(True)  # validation measures the generator's loss, as fastai's GANTrainer does
+
+    def on_validate_end(self):
+        self.learn.model.switch(self._mode_before)
+
+    def on_validate_cancel(self):
+        self.learn.model.switch(self._mode_before)
+
+    def on_batch_end(self):
+        if self.learn.training and self.learn.model.gen_mode:
+            self.gen_loss = self.learn.loss
+        elif self.learn.training:
+            self.crit_loss = self.learn.loss
 
     def on_step_end(self):
         if self.clip is not None and not self.learn.model.gen_mode:
@@ -151,17 +250,52 @@ class GANFeeder(Callback):
             self.learn.model.requires_grad_(True)
 
 # %% ../nbs/10_gan.ipynb #3a94286f
+GAN_MODES = ("alternate", "dcgan")  # one network per batch, or the critic then the generator on every batch
+
 class GANTrainer(GANFeeder):
-    "Train a GANModule (a GANFeeder) and record the generator's and the critic's losses, batch by batch."
-    def __init__(self, noise_size: int | tuple = 2, clip: float | None = None, gen_first: bool = False):
-        super().__init__(noise_size, clip, gen_first)
-        self.gen_losses: list[tuple[int, float]] = []  # (training batch, loss) of every generator batch
-        self.crit_losses: list[tuple[int, float]] = []  # and of every critic batch
+    "Train a GANModule (a GANFeeder) in `mode` 'alternate' or 'dcgan'; record both networks' losses, batch by batch."
+    def __init__(self, noise_size: int | tuple = 2, clip: float | None = None, gen_first: bool = False,
+                 mode: str = "alternate", valid_seed: int = 0):
+        super().__init__(noise_size, clip, gen_first, valid_seed)
+        if mode not in GAN_MODES:
+            raise ValueError(f"mode must be one of {GAN_MODES}, got {mode!r}: 'alternate' trains one network per "
+                             "batch, 'dcgan' the critic and then the generator on every batch")
+        self.mode = mode
+        self.gen_losses: list[tuple[int, float]] = []  # (training batch, loss) of every generator step
+        self.crit_losses: list[tuple[int, float]] = []  # and of every critic step
+
+    def on_train_begin(self):
+        super().on_train_begin()
+        if self.mode == "dcgan":
+            self.switch(True)  # the loop's own step is the generator's; the critic's comes first, in on_loss_begin
+
+    def on_loss_begin(self):
+        if self.mode == "dcgan" and self.learn.training:
+            self.critic_step(self.learn.yb, self.learn.preds.detach())
+
+    def critic_step(self, real: torch.Tensor, fake: torch.Tensor) -> None:
+        "DCGAN's first half: one critic step on `real` against `fake`, the generator's output on this batch."
+        learn = self.learn
+        critic = learn.model.critic
+        opt = learn.opts["critic"]
+        critic.requires_grad_(True)
+        loss = learn.loss_func.critic_loss(critic(real), fake)
+        learn.engine.backward_loss(loss, learn.model, opt, learn.sync_grads)
+        learn.engine.optimizer_step(loss, learn.model, opt, learn.clip_fn)
+        learn.engine.zero_grad(loss, learn.model, opt)
+        critic.requires_grad_(False)  # frozen again for the generator's half
+        if self.clip is not None:
+            clamp_weights(critic, self.clip)
+        self.crit_loss = loss.detach()
 
     def on_batch_end(self):
-        if self.learn.training:
-            row = (self.learn.n_iter, self.learn.loss.item())
-            (self.gen_losses if self.learn.model.gen_mode else self.crit_losses).append(row)
+        super().on_batch_end()
+        if not self.learn.training:
+            return
+        if self.crit_loss is not None:  # the critic trained on this batch (alone, or first in DCGAN mode)
+            self.crit_losses.append((self.learn.n_iter, self.crit_loss.item()))
+        if self.gen_loss is not None:
+            self.gen_losses.append((self.learn.n_iter, self.gen_loss.item()))
 
     def state_dict(self) -> dict:
         return {"gen_mode": bool(self.learn.model.gen_mode),
@@ -173,6 +307,70 @@ class GANTrainer(GANFeeder):
         self.crit_losses = [(int(i), v) for i, v in state["crit_losses"].tolist()]
         self.switch(state["gen_mode"])
 
+# %% ../nbs/10_gan.ipynb #1d11cc9b
+class TrainingMean(MeanReducer):
+    "A column of the epoch's row averaged over its training batches; listed among the metrics so that the recorder and the progress table show it."
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.restart()
+
+    def reset(self) -> None:
+        pass  # the recorder resets the metrics before each validation pass: this column belongs to training
+
+    def update(self, preds: torch.Tensor, yb) -> None:
+        pass  # validation batches do not count
+
+    def restart(self) -> None:
+        "Forget the previous epoch's batches."
+        MeanReducer.reset(self)
+
+    def cross_slot_reduce(self, per_slot) -> float:
+        return math.nan if sum(s[1] for s in per_slot) == 0 else super().cross_slot_reduce(per_slot)
+
+# %% ../nbs/10_gan.ipynb #b2b28364
+GAN_COLUMNS = ("gen_loss", "crit_loss", "D(x)", "D(G(z))")
+
+class GANColumns(Callback):
+    "Each epoch's row gets both networks' mean losses and the critic's mean scores of real (D(x)) and fake (D(G(z))) samples."
+    order = 0  # after the GANFeeder noted the batch's losses, before the switcher; after the Recorder wrote the row
+
+    def __init__(self):
+        self.columns = {name: TrainingMean(name) for name in GAN_COLUMNS}
+
+    def on_train_begin(self):
+        names = [m.name for m in self.learn.metrics]
+        self.learn.metrics.extend(m for m in self.columns.values() if m.name not in names)
+
+    def on_epoch_begin(self):
+        for column in self.columns.values():
+            column.restart()
+
+    def on_batch_end(self):
+        learn = self.learn
+        if not learn.training:
+            return
+        feeder = next(cb for cb in learn.cbs if isinstance(cb, GANFeeder))
+        n = len(learn.yb)
+        if feeder.gen_loss is not None:
+            self.columns["gen_loss"].add(feeder.gen_loss, n)
+        if feeder.crit_loss is not None:  # the critic's scores of this batch, kept by GANLoss.critic_loss
+            self.columns["crit_loss"].add(feeder.crit_loss, n)
+            self.columns["D(x)"].add(learn.loss_func.real_score, n)
+            self.columns["D(G(z))"].add(learn.loss_func.fake_score, n)
+
+    def on_epoch_end(self):
+        row = self.learn.recorder.values[-1]
+        for name, column in self.columns.items():
+            row[name] = _over_ranks(self.learn.engine, column)
+
+    def state_dict(self) -> dict:
+        return {name: torch.tensor([float(c.total), c.count], dtype=torch.float64) for name, c in self.columns.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, column in self.columns.items():
+            column.total = state[name][0].clone()
+            column.count = int(state[name][1])
+
 # %% ../nbs/10_gan.ipynb #06fd86e2
 def _check_count(name: str, value) -> None:
     "Raise a ValueError unless `value` is an int >= 1 or a callable (checked when called)."
@@ -182,11 +380,14 @@ def _check_count(name: str, value) -> None:
         raise ValueError(f"{name} must be an int >= 1 or a callable of the other network's step count returning one, "
                          f"got {value!r}")
 
-def _trainer(learn) -> GANTrainer:
-    "The learner's GANTrainer; a ValueError if there is none."
+def _trainer(learn, switching: bool = False) -> GANTrainer:
+    "The learner's GANTrainer; a ValueError if there is none, or if a switcher asks for one in DCGAN mode."
     found = [cb for cb in learn.cbs if isinstance(cb, GANTrainer)]
     if not found:
         raise ValueError("a GAN switcher needs a GANTrainer among the learner's callbacks")
+    if switching and found[0].mode == "dcgan":
+        raise ValueError("the GANTrainer is in mode='dcgan', which trains both networks on every batch: "
+                         "a switcher has nothing to switch; remove it")
     return found[0]
 
 class FixedGANSwitcher(Callback):
@@ -220,7 +421,7 @@ class FixedGANSwitcher(Callback):
     def on_batch_end(self):
         gen_mode = self.learn.model.gen_mode
         if self.learn.training and self.steps >= self._target(gen_mode):
-            _trainer(self.learn).switch(not gen_mode)
+            _trainer(self.learn, switching=True).switch(not gen_mode)
             self.steps = 0
 
     def state_dict(self) -> dict:
@@ -246,7 +447,7 @@ class AdaptiveGANSwitcher(Callback):
         gen_mode = self.learn.model.gen_mode
         thresh = self.gen_thresh if gen_mode else self.critic_thresh
         if thresh is None or self.learn.loss.item() < thresh:
-            _trainer(self.learn).switch(not gen_mode)
+            _trainer(self.learn, switching=True).switch(not gen_mode)
 
 # %% ../nbs/10_gan.ipynb #37fb5e7c
 GAN_PRESETS = {
@@ -262,18 +463,24 @@ def _adam(params, lr: float) -> torch.optim.Optimizer:
 
 def gan_learner(generator: nn.Module, critic: nn.Module, dls, preset: str = "standard", noise_size: int | tuple = 2,
                 lr: float | None = None, opt_func: Callable = _adam, switcher: Callback | None = None, cbs=None,
-                engine=None) -> Learner:
-    "A Learner training `generator` against `critic` on `dls` (real samples) with a preset: 'standard' or 'wgan'."
+                engine=None, mode: str = "alternate") -> Learner:
+    "A Learner training `generator` against `critic` on `dls` (real samples, labels or not) with a preset and a mode."
     if preset not in GAN_PRESETS:
         raise ValueError(f"preset must be one of {sorted(GAN_PRESETS)}, got {preset!r}")
+    if mode == "dcgan" and switcher is not None:
+        raise ValueError("mode='dcgan' trains the critic and then the generator on every batch: there is nothing "
+                         f"to switch, so drop switcher={switcher!r} (or use mode='alternate')")
     p = GAN_PRESETS[preset]
     model = GANModule(generator, critic)
-    switcher = FixedGANSwitcher(p["n_crit"], p["n_gen"]) if switcher is None else switcher
-    trainer = GANTrainer(noise_size, clip=p["clip"])
+    trainer = GANTrainer(noise_size, clip=p["clip"], mode=mode)
+    gan_cbs = [trainer, GANColumns()]
+    if mode == "alternate":
+        gan_cbs.append(FixedGANSwitcher(p["n_crit"], p["n_gen"]) if switcher is None else switcher)
     learn = Learner(model, dls, loss_func=GANLoss(p["gen_loss_func"], p["crit_loss_func"], model), opt_func=opt_func,
-                    lr=p["lr"] if lr is None else lr, cbs=[trainer, switcher, *(cbs or [])], engine=engine)
+                    lr=p["lr"] if lr is None else lr, cbs=[*gan_cbs, *(cbs or [])], engine=engine,
+                    split_batch=gan_split_batch)
     learn.opts = gan_opts(model, opt_func, learn.lr)  # named before fit, so that a checkpoint can be loaded first
-    learn.opt = learn.opts["critic"]
+    learn.opt = learn.opts["generator" if mode == "dcgan" else "critic"]
     return learn
 
 # %% ../nbs/10_gan.ipynb #b19f4595
@@ -316,6 +523,22 @@ def draw_gan_panels(fig: Figure, trainer: GANTrainer, fakes: torch.Tensor, show_
     show_samples(ax_samples, fakes)
     ax_samples.set_title(f"samples after batch {n_iter}")
     fig.tight_layout()
+
+# %% ../nbs/10_gan.ipynb #a7d27e40
+class GANPanels(FigurePlot):
+    "`draw_gan_panels` on a figure of its own: a notebook cell ending with it shows the picture."
+    def __init__(self, trainer: GANTrainer, fakes: torch.Tensor, show_samples: Callable, n_iter: int,
+                 figsize: tuple[float, float] = (9.0, 3.5), dpi: int = 80):
+        super().__init__(figsize, dpi)
+        self.trainer = trainer
+        self.fakes = fakes
+        self.show_samples = show_samples
+        self.n_iter = n_iter
+
+    def plot(self) -> Figure:
+        fig = self._figure()
+        draw_gan_panels(fig, self.trainer, self.fakes, self.show_samples, self.n_iter)
+        return fig
 
 # %% ../nbs/10_gan.ipynb #fd88ce32
 class GANPlot(LivePlot):

@@ -2,13 +2,16 @@
 GradScaler, two Adam optimizers, a FixedGANSwitcher(3, 2).
 
 With --stop-at N it saves a checkpoint after training batch N and stops; with --resume it loads one first. At the
-end it saves parameters, both loss histories, the switcher's counters and the scaler's state to OUT."""
+end it saves parameters, both loss histories, the switcher's counters and the scaler's state to OUT. With GAN_MODE=dcgan
+in the environment it trains in DCGAN mode instead (no switcher)."""
+import os
+
 import torch
 from torch import nn
 
 from looplab.data import DataLoaders, make_rings
 from looplab.engine import AMPEngine
-from looplab.gan import FixedGANSwitcher, GANTrainer, gan_learner
+from looplab.gan import GAN_COLUMNS, FixedGANSwitcher, GANTrainer, gan_learner
 from looplab.learner import Learner, set_seed
 
 from helpers import StopAt, find_cb, run_worker
@@ -23,7 +26,9 @@ def build_learner(stop_at=None, ckpt=None) -> Learner:
     set_seed(3)
     real, _ = make_rings(1024, std=0.1, seed=3)
     dls = DataLoaders.from_tensors(real, torch.zeros(len(real)), bs=64, valid_pct=0.0)
-    learn = gan_learner(mlp(2, 2), mlp(2, 1), dls, switcher=FixedGANSwitcher(3, 2), cbs=[StopAt(stop_at, ckpt)],
+    mode = os.environ.get("GAN_MODE", "alternate")
+    switcher = FixedGANSwitcher(3, 2) if mode == "alternate" else None
+    learn = gan_learner(mlp(2, 2), mlp(2, 1), dls, switcher=switcher, cbs=[StopAt(stop_at, ckpt)], mode=mode,
                         engine=AMPEngine(torch.float16, device="cpu", init_scale=2.0**10))
     learn.engine.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3)  # so the scale moves
     learn.remove_cbs(learn.progress)
@@ -31,14 +36,18 @@ def build_learner(stop_at=None, ckpt=None) -> Learner:
 
 
 def results(learn) -> dict:
-    "Parameters, both optimizers' moments, both losses, the switcher, the scaler: what the tests compare."
+    "Parameters, both optimizers' moments, both losses, the epoch rows' GAN columns, the switcher, the scaler."
     trainer = find_cb(learn, GANTrainer)
+    switchers = [cb for cb in learn.cbs if type(cb) is FixedGANSwitcher]
     return {"params": [p.detach().clone() for p in learn.model.parameters()],
             "opts": {name: [s["exp_avg"].clone() for s in opt.state.values()] for name, opt in learn.opts.items()},
             "gen_losses": torch.tensor(trainer.gen_losses, dtype=torch.float64),
             "crit_losses": torch.tensor(trainer.crit_losses, dtype=torch.float64),
             "losses": torch.tensor(learn.recorder.losses, dtype=torch.float64),
-            "switcher": find_cb(learn, FixedGANSwitcher).state_dict(), "scaler": learn.engine.scaler.state_dict(),
+            "switcher": switchers[0].state_dict() if switchers else {"total_gen": len(trainer.gen_losses)},
+            "columns": torch.tensor([[row[name] for name in GAN_COLUMNS] for row in learn.recorder.values],
+                                    dtype=torch.float64),
+            "scaler": learn.engine.scaler.state_dict(),
             "n_skipped": learn.recorder.n_skipped, "gen_mode": learn.model.gen_mode}
 
 

@@ -1,6 +1,8 @@
 "GAN training with the Learner (looplab.gan): freezing, switchers, mode coverage, resume in a new process, AMP."
 import math
+import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -132,7 +134,7 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(CallbackError, match=r"n_crit\(0\) must return an int >= 1, got 0"):
         learn.fit(1)
     learn = ring_learner(critic=nn.Linear(2, 3), n=256)
-    with pytest.raises(ValueError, match=r"one score per sample.*\(64, 3\)"):
+    with pytest.raises(ValueError, match=r"one score per item.*\(64, 3\)"):
         learn.fit(1)
     dls = DataLoaders.from_tensors(torch.randn(64, 2), torch.zeros(64), bs=32, valid_pct=0.0)
     plain = Learner(nn.Linear(2, 2), dls, cbs=[GANTrainer()])
@@ -205,24 +207,133 @@ def test_gan_plot_bad_input():
         learn.fit(1)
 
 
-def run_worker(out, *args):
+def run_worker(out, *args, mode="alternate"):
     cmd = [sys.executable, str(WORKER), str(out), *map(str, args)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "GAN_MODE": mode}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(out, weights_only=True)
 
 
-def test_gan_run_checkpointed_mid_run_resumes_bit_for_bit_in_a_new_process(tmp_path):
+@pytest.mark.parametrize("mode", ["alternate", "dcgan"])
+def test_gan_run_checkpointed_mid_run_resumes_bit_for_bit_in_a_new_process(tmp_path, mode):
     stop_at = random.Random().randint(2, 30)  # 16 batches per epoch, 2 epochs
-    whole = run_worker(tmp_path / "whole.pt")
-    run_worker(tmp_path / "stopped.pt", "--stop-at", stop_at, "--ckpt", tmp_path / "ckpt.pt")
-    resumed = run_worker(tmp_path / "resumed.pt", "--resume", tmp_path / "ckpt.pt")
-    where = f"stopped after batch {stop_at}"
+    whole = run_worker(tmp_path / "whole.pt", mode=mode)
+    run_worker(tmp_path / "stopped.pt", "--stop-at", stop_at, "--ckpt", tmp_path / "ckpt.pt", mode=mode)
+    resumed = run_worker(tmp_path / "resumed.pt", "--resume", tmp_path / "ckpt.pt", mode=mode)
+    where = f"{mode}, stopped after batch {stop_at}"
     assert all(torch.equal(a, b) for a, b in zip(whole["params"], resumed["params"])), where
     for name in ("generator", "critic"):
         assert all(torch.equal(a, b) for a, b in zip(whole["opts"][name], resumed["opts"][name])), where
-    for key in ("gen_losses", "crit_losses", "losses"):
+    for key in ("gen_losses", "crit_losses", "losses", "columns"):
         assert torch.equal(whole[key], resumed[key]), (key, where)
     assert whole["switcher"] == resumed["switcher"] and whole["switcher"]["total_gen"] > 0
     assert whole["scaler"] == resumed["scaler"] and whole["scaler"]["scale"] != 2.0**10  # the scale moved
     assert whole["gen_mode"] and resumed["gen_mode"]
+    if mode == "dcgan":
+        assert len(whole["gen_losses"]) == len(whole["crit_losses"]) == 32  # both networks on every batch
+
+
+# --- validation, columns, DCGAN mode, unlabelled data, clear errors (issue 21) -----------------------------------
+
+@pytest.mark.parametrize("preset", ["standard", "wgan"])
+@pytest.mark.parametrize("mode,gen_first", [("alternate", False), ("alternate", True), ("dcgan", False)])
+def test_validation_never_crashes_and_changes_nothing_in_training(preset, mode, gen_first):
+    set_seed(0)
+    real, _ = make_rings(1000, std=0.1, seed=0)
+    dls = DataLoaders.from_tensors(real, torch.zeros(len(real)), bs=64)  # valid_pct=0.2: crashed after epoch 1
+    runs = []
+    for valid in (list(dls.valid), None):  # a list: iterating a torch DataLoader draws a global random number
+        set_seed(1)
+        learn = gan_learner(mlp(2, 2), mlp(2, 1), DataLoaders(dls.train, valid), preset=preset, mode=mode)
+        learn.cbs[[type(c) for c in learn.cbs].index(GANTrainer)].gen_first = gen_first
+        learn.remove_cbs(learn.progress)
+        learn.fit(2)
+        runs.append(learn)
+    with_valid, without = runs
+    assert all(math.isfinite(row["valid_loss"]) for row in with_valid.recorder.values)
+    assert all(math.isnan(row["valid_loss"]) for row in without.recorder.values)
+    assert all(torch.equal(a, b) for a, b in zip(with_valid.model.parameters(), without.model.parameters()))
+
+
+def test_columns_are_printed_and_each_is_the_epochs_mean():
+    import io
+    learn = ring_learner(n=1024)
+    learn.add_cbs(learn.progress)
+    learn.progress.file = io.StringIO()
+    learn.fit(1)
+    header, row_line = learn.progress.file.getvalue().splitlines()[:2]
+    assert header.split() == ["epoch", "train_loss", "valid_loss", "gen_loss", "crit_loss", "D(x)", "D(G(z))", "time"]
+    row = learn.recorder.values[-1]
+    trainer = learn.cbs[[type(c) for c in learn.cbs].index(GANTrainer)]
+    for name, rows in (("gen_loss", trainer.gen_losses), ("crit_loss", trainer.crit_losses)):
+        assert row[name] == pytest.approx(sum(v for _, v in rows) / len(rows), rel=1e-6)
+    assert f"{row['D(x)']:.4f}" in row_line
+
+
+@pytest.mark.parametrize("form", ["tensor", "1-tuple", "list", "pair"])
+def test_unlabelled_batches_need_no_dummy_labels(form):
+    real, _ = make_rings(256, std=0.1, seed=0)
+    make = {"tensor": lambda x: x, "1-tuple": lambda x: (x,), "list": lambda x: [x],
+            "pair": lambda x: (x, torch.zeros(len(x)))}[form]
+    batches = [make(real[i:i + 64]) for i in range(0, 256, 64)]
+    learn = gan_learner(mlp(2, 2), mlp(2, 1), DataLoaders(batches, batches[:1]), mode="dcgan")
+    learn.remove_cbs(learn.progress)
+    learn.fit(1)
+    assert math.isfinite(learn.recorder.values[-1]["valid_loss"])
+
+
+def test_dcgan_mode_under_amp_bfloat16_runs():
+    set_seed(0)
+    real, _ = make_rings(512, std=0.1, seed=0)
+    dls = DataLoaders.from_tensors(real, torch.zeros(len(real)), bs=64, valid_pct=0.0)
+    learn = gan_learner(mlp(2, 2), mlp(2, 1), dls, mode="dcgan", engine=AMPEngine(torch.bfloat16, device="cpu"))
+    learn.remove_cbs(learn.progress)
+    learn.fit(2)
+    trainer = learn.cbs[[type(c) for c in learn.cbs].index(GANTrainer)]
+    assert len(trainer.gen_losses) == len(trainer.crit_losses) == 16
+    assert all(math.isfinite(v) for _, v in trainer.gen_losses + trainer.crit_losses)
+
+
+def conv_generator(nz):
+    return nn.Sequential(nn.ConvTranspose2d(nz, 8, 4, 1, 0), nn.ReLU(), nn.ConvTranspose2d(8, 1, 4, 2, 1), nn.Tanh())
+
+
+@pytest.mark.parametrize("generator,noise_size,wanted", [
+    (mlp(8, 2), 2, "noise_size=8"),
+    (mlp(8, 2), (8, 1, 1), "noise_size=8"),
+    (conv_generator(16), 16, "noise_size=(16, 1, 1)"),
+    (conv_generator(16), (8, 1, 1), "noise_size=(16, 1, 1)"),
+])
+def test_a_noise_size_that_does_not_fit_the_generator_is_named(generator, noise_size, wanted):
+    images = torch.randn(128, 1, 8, 8)
+    critic = nn.Sequential(nn.Flatten(), nn.Linear(64, 1)) if isinstance(generator[0], nn.ConvTranspose2d) else mlp(2, 1)
+    data = images if isinstance(generator[0], nn.ConvTranspose2d) else torch.randn(128, 2)
+    learn = gan_learner(generator, critic, DataLoaders([(data[:64],), (data[64:],)]), noise_size=noise_size)
+    learn.remove_cbs(learn.progress)
+    shown = noise_size if isinstance(noise_size, int) else noise_size
+    with pytest.raises(CallbackError, match=rf"noise_size={re.escape(str(shown))} does not fit the generator") as info:
+        learn.fit(1)
+    assert wanted in str(info.value)
+
+
+@pytest.mark.parametrize("critic,shape", [
+    (nn.Sequential(nn.Conv2d(1, 4, 3, 1, 1), nn.Conv2d(4, 1, 3, 2, 1)), "(64, 1, 4, 4)"),  # conv, stops at 4x4
+    (nn.Sequential(nn.Flatten(), nn.Linear(64, 16)), "(64, 16)"),
+])
+def test_a_critic_with_more_than_one_score_per_item_names_the_shape_and_both_fixes(critic, shape):
+    images = torch.randn(128, 1, 8, 8)
+    generator = nn.Sequential(nn.Linear(4, 64), nn.Unflatten(1, (1, 8, 8)))
+    learn = gan_learner(generator, critic, DataLoaders([images[:64], images[64:]]), noise_size=4)
+    learn.remove_cbs(learn.progress)
+    with pytest.raises(ValueError, match=re.escape(shape)) as info:
+        learn.fit(1)
+    assert "conv to 1 channel" in str(info.value) and "nn.Flatten()" in str(info.value)
+
+
+def test_a_sigmoid_ended_critic_is_refused_before_the_first_batch_with_the_fix():
+    learn = ring_learner(critic=nn.Sequential(mlp(2, 1), nn.Sigmoid()), n=256)
+    with pytest.raises(CallbackError, match="ends in nn.Sigmoid.*bce_crit_loss wants logits.*remove the critic's final"):
+        learn.fit(1)
+    wgan = ring_learner("wgan", critic=nn.Sequential(mlp(2, 1), nn.Sigmoid()), n=256)
+    wgan.fit(1)  # WGAN's losses take any score: a sigmoid there is odd, not wrong
