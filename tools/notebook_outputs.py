@@ -61,6 +61,8 @@ def normalise_outputs(outputs: list, root: str | Path | None = None) -> list:
             data = {k: v for k, v in out.get("data", {}).items() if k != WIDGET}
             if set(data) <= {"text/plain"} and WIDGET in out.get("data", {}):
                 continue  # a widget with nothing else to show: the saved notebook has no kernel to drive it
+            if any(k.startswith("image/") for k in data) and BARE_FIGURE.match(_text(data.get("text/plain", "")).strip()):
+                del data["text/plain"]  # matplotlib's name for the figure, beside the figure itself: noise
             if "text/plain" in data:
                 data["text/plain"] = scrub(_text(data["text/plain"]), root)
             out["data"] = data
