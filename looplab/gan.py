@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 from .callback import Callback
 from .checks import check_int, check_number
-from .learner import Learner, _over_ranks
+from .learner import Learner
+from .recorder import _over_ranks
 from .metrics import MeanReducer
 from .widgets import FigurePlot, LivePlot
 

@@ -15,7 +15,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from .checks import check_number
-from .learner import Recorder, _length
+from .learner import _length
+from .recorder import Recorder
 from .widgets import FigurePlot, LivePlot, _grown_limits, _set_margins
 
 # %% auto #0

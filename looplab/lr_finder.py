@@ -15,7 +15,8 @@ from matplotlib.figure import Figure
 
 from .callback import Callback, CancelFitException, CancelValidateException
 from .checks import check_int, check_number
-from .learner import _length, smooth
+from .learner import _length
+from .recorder import smooth
 from .schedule import _check_lr
 from .widgets import FigurePlot
 

@@ -15,7 +15,8 @@ from matplotlib.figure import Figure
 
 from .callback import Callback
 from .checks import check_int, check_number
-from .learner import _length, group_momentum
+from .learner import _length
+from .recorder import group_momentum
 from .widgets import LivePlot, _grown_limits, _set_margins
 
 # %% auto #0
