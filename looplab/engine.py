@@ -118,7 +118,7 @@ class Engine(EngineBase):
         self.load_state_dict(checkpoint["engine"]["state"])
 
     def save_checkpoint(self, checkpoint: dict, path, keep_prev: bool = True) -> None:
-        "Write `checkpoint` to `path` with looplab's atomic, pickle-free files (notebook 12), on the master only."
+        "Write `checkpoint` to `path` atomically (notebook 12: a `torch.save` file, read back with the restricted `weights_only` unpickler), on the master only."
         if self.is_master_process:
             from looplab.checkpoint import write_checkpoint  # notebook 12 builds the file format on this engine
             write_checkpoint(checkpoint, path, keep_prev)

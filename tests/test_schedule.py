@@ -13,7 +13,8 @@ from torch import nn
 from looplab.callback import Callback, CallbackError, CancelStepException
 from looplab.checkpoint import learner_state, load_learner_state
 from looplab.data import DataLoaders
-from looplab.schedule import (LRPlot, ParamScheduler, Sched, anneal_cos, anneal_exp, anneal_linear, combine_scheds,
+from looplab.lr_plot import LRPlot
+from looplab.schedule import (ParamScheduler, Sched, anneal_cos, anneal_exp, anneal_linear, combine_scheds,
                               dry_run_scheduler, fit_flat_cos, fit_one_cycle, fit_sgdr, one_cycle_scheds)
 from looplab.widgets import Throttle
 

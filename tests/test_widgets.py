@@ -31,7 +31,7 @@ from torch import nn
 from looplab.data import DataLoaders
 from looplab.learner import Learner
 from looplab.loss_plot import LossPlot
-from looplab.schedule import LRPlot
+from looplab.lr_plot import LRPlot
 from looplab.widgets import in_notebook
 x = torch.randn(64, 4); y = (x[:, 0] > 0).long()
 batches = [(x[i:i + 8], y[i:i + 8]) for i in range(0, 64, 8)]
