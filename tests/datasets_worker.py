@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback, CancelFitException
-from looplab.checkpoint import Checkpoint, load_checkpoint
+from looplab.checkpoint import load_checkpoint
+from looplab.checkpoint_callback import Checkpoint
 from looplab.data import load_digits
 from looplab.datasets import from_datasets
 from looplab.learner import Learner, set_seed

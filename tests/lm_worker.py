@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 
 from looplab.callback import Callback
-from looplab.checkpoint import Checkpoint, load_checkpoint, read_checkpoint
+from looplab.checkpoint import load_checkpoint, read_checkpoint
+from looplab.checkpoint_callback import Checkpoint
 from looplab.data import DataLoaders
 from looplab.learner import Learner, set_seed
 from looplab.metrics import Perplexity

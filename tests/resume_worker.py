@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback, CancelFitException
-from looplab.checkpoint import Checkpoint, load_checkpoint, read_checkpoint, save_checkpoint
+from looplab.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from looplab.checkpoint_callback import Checkpoint
 from looplab.data import DataLoaders, load_digits
 from looplab.learner import Learner, set_seed
 from looplab.metrics import Accuracy

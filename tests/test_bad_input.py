@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback, CallbackHandler
-from looplab.checkpoint import Checkpoint, learner_state, load_learner_state, read_checkpoint, state_digest
+from looplab.checkpoint import learner_state, load_learner_state, read_checkpoint, state_digest
+from looplab.checkpoint_callback import Checkpoint
 from looplab.data import ArrayDataset, DataLoaders, EpochBatchSampler, load_digits, make_rings
 from looplab.engine import AMPEngine, DeviceEngine, Engine
 from looplab.learner import Learner, Recorder, default_split_batch, set_seed

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from looplab.callback import Callback
-from looplab.checkpoint import (Checkpoint, CheckpointError, atomic_save, load_checkpoint, read_checkpoint,
-                                save_checkpoint, state_digest)
+from looplab.checkpoint import (CheckpointError, atomic_save, load_checkpoint, read_checkpoint, save_checkpoint,
+                                state_digest)
+from looplab.checkpoint_callback import Checkpoint
 from looplab.data import DataLoaders, collate_batch, load_digits
 from looplab.resume import make_epochwise_batch_sampler
 from looplab.samplers import make_batch_sampler
@@ -329,13 +331,30 @@ def test_a_truncated_checkpoint_is_always_refused(tmp_path, two_checkpoints, fra
 def test_pickled_objects_are_refused_when_reading_and_when_saving(tmp_path):
     path = tmp_path / "pickled.pt"
     torch.save({"header": {"format": "looplab.checkpoint", "format_version": 1}, "state": {"x": Path("a")}}, path)
-    with pytest.raises(CheckpointError, match="pickled.pt.*pathlib.*Path.*needs pickle"):
+    with pytest.raises(CheckpointError, match="pickled.pt.*pathlib.*Path.*full unpickler"):
         read_checkpoint(path)
     learn = build_learner()
     learn.recorder.state_dict = lambda: {"losses": [random.Random(0)]}
     with pytest.raises(TypeError, match=r"state\['callbacks'\]\['recorder'\]\['losses'\]\[0\].*random.Random"):
         save_checkpoint(learn, tmp_path / "never.pt")
     assert not (tmp_path / "never.pt").exists() and not (tmp_path / "never.pt.tmp").exists()
+
+
+def test_a_checkpoint_refused_before_loading_says_nothing_was_loaded_and_changes_nothing(tmp_path):
+    "A file that fails the first checks says 'nothing was loaded' (and the learner is as it was); a later refusal says 'may be partly loaded'."
+    saved = build_learner(tmp_path / "ckpt.pt", every=5, stop_after_batch=5)
+    saved.fit(1)
+    other = build_learner(tmp_path / "ckpt.pt", every=5)
+    other.model[3] = nn.Linear(64, 11)
+    before = [p.detach().clone() for p in other.model.parameters()]
+    with pytest.raises(CheckpointError, match=r"ckpt.pt' does not fit this learner .*'3.weight'.*; nothing was loaded$"):
+        load_checkpoint(other, tmp_path / "ckpt.pt")
+    assert all(torch.equal(p, q) for p, q in zip(before, other.model.parameters()))
+    assert not other.opts and other._resume is None and other.n_iter == 0
+    reordered = build_learner(tmp_path / "ckpt.pt", every=5)
+    reordered.dls = DataLoaders.from_tensors(*load_digits(), bs=32, seed=4)  # passes the first checks
+    with pytest.raises(CheckpointError, match="seed.*the learner may be partly loaded"):
+        load_checkpoint(reordered, tmp_path / "ckpt.pt")
 
 
 def test_not_a_checkpoint_and_missing_files(tmp_path):

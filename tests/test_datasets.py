@@ -11,7 +11,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from looplab.callback import CallbackError
-from looplab.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from looplab.checkpoint import load_checkpoint, save_checkpoint
+from looplab.checkpoint_callback import Checkpoint
 from looplab.data import DataLoaders, StatefulLoader, collate_batch, load_digits
 from looplab.datasets import SeededBatchSampler, from_datasets
 from looplab.learner import Learner, set_seed
