@@ -9,11 +9,11 @@ import numpy as np
 import torch
 
 from .checks import check_int
-from .samplers import (_MASK64, DistributedSampler, ReproducibleShuffleSampler, SeekableBatchSampler,
-                              ShuffledOrder, _as_layer, _check_bool, _check_state, _EpochLayer, _Orders, _sampler_of)
+from .sampler_chain import DistributedSampler, SeekableBatchSampler, _check_bool, _sampler_of
+from .samplers import _MASK64, ReproducibleShuffleSampler, ShuffledOrder, _as_layer, _check_state, _EpochLayer, _Orders
 
 # %% auto #0
-__all__ = ['EpochwiseBatchSampler', 'make_epochwise_batch_sampler', 'StatefulDistributedSampler']
+__all__ = ['EpochwiseBatchSampler', 'make_epochwise_batch_sampler', 'StatefulDistributedSampler', 'StatefulLoader']
 
 # %% ../nbs/11b_resume.ipynb #9660780f
 class EpochwiseBatchSampler(_EpochLayer):
@@ -168,3 +168,60 @@ class StatefulDistributedSampler(_EpochLayer):
 
     def _position(self) -> int:
         return self._anchor
+
+# %% ../nbs/11b_resume.ipynb #a71f7a5d
+class StatefulLoader:
+    "A loader that saves and restores its own position (`state_dict`/`load_state_dict`) as a resumable training order."
+    def __init__(self, loader):
+        self.loader = loader
+        self.epoch = 0  # the epoch of the pass under way, or else of the next pass
+        self.start_iter = 0  # where the next pass starts: the restored loader's batch
+        self._handed = 0  # batches of the current epoch handed out
+        self._in_pass = False
+
+    @staticmethod
+    def wrap_if_needed(loader):
+        "`loader` in a `StatefulLoader` if it saves its own position and no sampler of it says how to resume."
+        own_state = hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict")
+        candidates = (loader, getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None))
+        if not own_state or any(hasattr(c, "set_epoch") for c in candidates):
+            return loader
+        return StatefulLoader(loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        "Name the epoch of the next pass; a loader just restored still starts where it was saved."
+        self.epoch = epoch
+        if self._in_pass:
+            self.start_iter = 0
+            self._in_pass = False
+
+    def set_start_iter(self, start_iter: int) -> None:
+        "Check that the loader continues at batch `start_iter`: it cannot seek, only be restored."
+        if start_iter != self.start_iter:
+            raise ValueError(f"start_iter={start_iter}, but the {type(self.loader).__name__} continues at batch "
+                             f"{self.start_iter}: it cannot seek; load the state saved at that batch instead")
+
+    def __len__(self) -> int:
+        "Batches in a whole epoch."
+        return len(self.loader)
+
+    def __iter__(self):
+        self._in_pass = True
+        self._handed = self.start_iter
+        for batch in self.loader:
+            self._handed += 1
+            yield batch
+        self._in_pass = False
+        self.start_iter = 0
+
+    def state_dict(self) -> dict:
+        "The epoch, the batches of it handed out, and the loader's own state."
+        return {"type": type(self).__name__, "epoch": self.epoch,
+                "start_iter": self._handed if self._in_pass else 0, "loader": self.loader.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        "Restore the loader's position and the epoch it is in."
+        self.loader.load_state_dict(state["loader"])
+        self.epoch = state["epoch"]
+        self.start_iter = state["start_iter"]
+        self._in_pass = False

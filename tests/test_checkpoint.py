@@ -23,7 +23,7 @@ from looplab.checkpoint import (Checkpoint, CheckpointError, atomic_save, load_c
                                 save_checkpoint, state_digest)
 from looplab.data import DataLoaders, collate_batch, load_digits
 from looplab.resume import make_epochwise_batch_sampler
-from looplab.samplers import make_batch_sampler
+from looplab.sampler_chain import make_batch_sampler
 from helpers import started
 from resume_worker import build_learner, results
 
