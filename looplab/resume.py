@@ -121,7 +121,6 @@ class StatefulDistributedSampler(_EpochLayer):
         self.drop_last = _check_bool("drop_last", drop_last)
         self.shuffle = _check_bool("shuffle", shuffle)
         self._n, self.num_samples = _part_size(dataset, self.num_replicas, drop_last)
-        self.total_size = self.num_samples * self.num_replicas
         self._orders = _Orders(permutation, self.num_samples, self.seed)
         self.epoch = 0
         self._anchor = 0  # position in this rank's epoch of the next pass's first item
@@ -132,9 +131,8 @@ class StatefulDistributedSampler(_EpochLayer):
         batches = -(-self.num_samples // self.batch_size)
         start_iter = check_int("start_iter", start_iter, 0)
         if start_iter > batches:
-            raise ValueError(f"start_iter={start_iter} is past the end of the epoch: rank {self.rank} has "
-                             f"{self.num_samples} items, {batches} batches of {self.batch_size}, so start_iter must "
-                             f"be in [0, {batches}]")
+            raise ValueError(f"start_iter={start_iter} is past the end of the epoch: rank {self.rank} has {self.num_samples} "
+                             f"items, {batches} batches of {self.batch_size}, so start_iter must be in [0, {batches}]")
         self._anchor = min(start_iter * self.batch_size, self.num_samples)
         self._replace_pass()
         self._pending = True
