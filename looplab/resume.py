@@ -10,7 +10,8 @@ import torch
 
 from .checks import check_int
 from .sampler_chain import DistributedSampler, SeekableBatchSampler, _check_bool, _sampler_of
-from .samplers import _MASK64, ReproducibleShuffleSampler, ShuffledOrder, _as_layer, _check_state, _EpochLayer, _Orders
+from .samplers import (_MASK64, ReproducibleShuffleSampler, ShuffledOrder, _as_layer, _check_state,
+                              _EpochLayer, _Orders)
 
 # %% auto #0
 __all__ = ['EpochwiseBatchSampler', 'make_epochwise_batch_sampler', 'StatefulDistributedSampler', 'StatefulLoader']
