@@ -50,7 +50,8 @@ def case_looplab(n: int) -> dict:
     import numpy as np
     import torch
     from looplab.permutation import FeistelPermutation
-    from looplab.samplers import ReproducibleShuffleSampler, SkipSampler, make_batch_sampler
+    from looplab.sampler_chain import SkipSampler, make_batch_sampler
+    from looplab.samplers import ReproducibleShuffleSampler
     torch.set_num_threads(1)
     list(itertools.islice(ReproducibleShuffleSampler(range(1000), 0, FeistelPermutation), 500))  # loaded and warm
     base = peak_mb()

@@ -46,7 +46,7 @@ def seed_item(seed: int, generators: tuple[str, ...] = GLOBAL_GENERATORS) -> Non
     if "random" in generators:
         random.seed(seed)
     if "numpy" in generators:
-        np.random.seed(seed >> 32)
+        np.random.seed([seed & 0xFFFFFFFF, seed >> 32])  # all 64 bits: an int seed takes only 32
 
 # %% ../nbs/12b_datasets.ipynb #4f4b2111
 class SeededDataset:

@@ -15,8 +15,8 @@ from looplab.learner import Learner, Recorder, default_split_batch, set_seed
 from looplab.loss_plot import LossPlot
 from looplab.metrics import Accuracy, MeanReducer, wrap_reducer
 from looplab.resume import StatefulDistributedSampler
-from looplab.samplers import (DistributedSampler, ReproducibleShuffleSampler, SeekableBatchSampler, SkipSampler,
-                              make_batch_sampler)
+from looplab.sampler_chain import DistributedSampler, SeekableBatchSampler, SkipSampler, make_batch_sampler
+from looplab.samplers import ReproducibleShuffleSampler
 from looplab.widgets import Throttle
 
 X, Y = load_digits()

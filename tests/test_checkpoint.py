@@ -25,7 +25,7 @@ from looplab.checkpoint import (CheckpointError, atomic_save, load_checkpoint, r
 from looplab.checkpoint_callback import Checkpoint
 from looplab.data import DataLoaders, collate_batch, load_digits
 from looplab.resume import make_epochwise_batch_sampler
-from looplab.samplers import make_batch_sampler
+from looplab.sampler_chain import make_batch_sampler
 from helpers import started
 from resume_worker import build_learner, results
 

@@ -1,6 +1,7 @@
-"""Property tests for looplab.samplers, looplab.resume and looplab.permutation: the Feistel permutation is a
-bijection, every wrapper gives the order its naive definition gives (with the default order and with the Feistel
-one), and a state taken at any point resumes to the run that never stopped (epochwise and VISSL's sampler too)."""
+"""Property tests for looplab.samplers, looplab.sampler_chain, looplab.resume and looplab.permutation: the Feistel
+permutation is a bijection, every wrapper gives the order its naive definition gives (with the default order and
+with the Feistel one), and a state taken at any point resumes to the run that never stopped (epochwise and VISSL's
+sampler too)."""
 import itertools
 import json
 import pickle
@@ -14,9 +15,9 @@ from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSample
 from looplab.data import EpochBatchSampler
 from looplab.permutation import FeistelPermutation
 from looplab.resume import EpochwiseBatchSampler, StatefulDistributedSampler, make_epochwise_batch_sampler
-from looplab.samplers import (DistributedBatchSampler, DistributedSampler, RepeatBatchSampler, RepeatSampler,
-                              ReproducibleShuffleBatchSampler, ReproducibleShuffleSampler, SeekableBatchSampler,
-                              ShuffledOrder, SkipBatchSampler, SkipSampler, make_batch_sampler)
+from looplab.sampler_chain import (DistributedBatchSampler, DistributedSampler, RepeatBatchSampler, RepeatSampler,
+                                   SeekableBatchSampler, SkipBatchSampler, SkipSampler, make_batch_sampler)
+from looplab.samplers import ReproducibleShuffleBatchSampler, ReproducibleShuffleSampler, ShuffledOrder
 
 FAST = settings(max_examples=40, deadline=None)
 seeds = st.integers(0, 2**64 - 1)
