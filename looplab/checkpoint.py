@@ -169,8 +169,9 @@ def _check_fits(learn, state: dict) -> None:
     epoch, batch = state["loop"]["epoch"], state["loop"]["iter"]
     if batch and not learn.can_start_mid_epoch:
         raise ValueError(f"this state was taken in the middle of epoch {epoch} (after batch {batch}), but dls.train "
-                         "cannot start mid-epoch: build it with DataLoaders.from_tensors, or give it a batch sampler "
-                         "with set_epoch and set_start_iter (e.g. looplab.data.EpochBatchSampler)")
+                         "cannot start mid-epoch: build it with DataLoaders.from_tensors, give it a batch sampler "
+                         "with set_epoch and set_start_iter (e.g. looplab.data.EpochBatchSampler), or wrap a loader "
+                         "that saves its own position in looplab.resume.StatefulLoader")
     if state["data_order"] is not None and not hasattr(learn.train_order, "load_state_dict"):
         raise ValueError("the state records a training data order, but dls.train has no sampler with "
                          "load_state_dict to restore it into: build it with DataLoaders.from_tensors, or give "

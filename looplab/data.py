@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader
 from .checks import check_int, check_number
 
 # %% auto #0
-__all__ = ['load_digits', 'shuffled_order', 'EpochOrder', 'EpochBatchSampler', 'ArrayDataset', 'collate_batch', 'StatefulLoader',
-           'DataLoaders', 'set_seed', 'make_rings']
+__all__ = ['load_digits', 'shuffled_order', 'EpochOrder', 'EpochBatchSampler', 'ArrayDataset', 'collate_batch', 'DataLoaders',
+           'set_seed', 'make_rings']
 
 # %% ../nbs/01_bare_loop.ipynb #23ea2bb9
 def load_digits(flatten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,63 +153,6 @@ def collate_batch(batch):
     "Collate for `ArrayDataset`: its `__getitems__` already returns the stacked batch."
     return batch
 
-# %% ../nbs/01_bare_loop.ipynb #4c80e9b6
-class StatefulLoader:
-    "A loader that saves and restores its own position (`state_dict`/`load_state_dict`) as a resumable training order."
-    def __init__(self, loader):
-        self.loader = loader
-        self.epoch = 0  # the epoch of the pass under way, or else of the next pass
-        self.start_iter = 0  # where the next pass starts: the restored loader's batch
-        self._handed = 0  # batches of the current epoch handed out
-        self._in_pass = False
-
-    @staticmethod
-    def wrap_if_needed(loader):
-        "`loader` in a `StatefulLoader` if it saves its own position and no sampler of it says how to resume."
-        own_state = hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict")
-        candidates = (loader, getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None))
-        if not own_state or any(hasattr(c, "set_epoch") for c in candidates):
-            return loader
-        return StatefulLoader(loader)
-
-    def set_epoch(self, epoch: int) -> None:
-        "Name the epoch of the next pass; a loader just restored still starts where it was saved."
-        self.epoch = epoch
-        if self._in_pass:
-            self.start_iter = 0
-            self._in_pass = False
-
-    def set_start_iter(self, start_iter: int) -> None:
-        "Check that the loader continues at batch `start_iter`: it cannot seek, only be restored."
-        if start_iter != self.start_iter:
-            raise ValueError(f"start_iter={start_iter}, but the {type(self.loader).__name__} continues at batch "
-                             f"{self.start_iter}: it cannot seek; load the state saved at that batch instead")
-
-    def __len__(self) -> int:
-        "Batches in a whole epoch."
-        return len(self.loader)
-
-    def __iter__(self):
-        self._in_pass = True
-        self._handed = self.start_iter
-        for batch in self.loader:
-            self._handed += 1
-            yield batch
-        self._in_pass = False
-        self.start_iter = 0
-
-    def state_dict(self) -> dict:
-        "The epoch, the batches of it handed out, and the loader's own state."
-        return {"type": type(self).__name__, "epoch": self.epoch,
-                "start_iter": self._handed if self._in_pass else 0, "loader": self.loader.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        "Restore the loader's position and the epoch it is in."
-        self.loader.load_state_dict(state["loader"])
-        self.epoch = state["epoch"]
-        self.start_iter = state["start_iter"]
-        self._in_pass = False
-
 # %% ../nbs/01_bare_loop.ipynb #b91b4c2e
 def _as_tensor(name: str, value) -> torch.Tensor:
     "`value` as a tensor: a tensor as is; a NumPy array, a list of numbers, of equal lists or of same-shape tensors converted."
@@ -240,15 +183,6 @@ class DataLoaders:
     def __init__(self, train, valid=None):
         self.train = train
         self.valid = valid
-
-    @property
-    def train(self):
-        "The training loader (one that saves its own position is wrapped in a `StatefulLoader`)."
-        return self._train
-
-    @train.setter
-    def train(self, loader) -> None:
-        self._train = StatefulLoader.wrap_if_needed(loader)
 
     @classmethod
     def from_tensors(cls, x: torch.Tensor, y: torch.Tensor, bs: int = 64, valid_pct: float | None = None,

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 
 from .checks import check_int
 from .data import DataLoaders
-from .samplers import make_batch_sampler
+from .sampler_chain import make_batch_sampler
 
 # %% auto #0
 __all__ = ['ShardedBatchSampler', 'shard_dls', 'launch', 'port_is_free', 'free_port', 'WorkerError']

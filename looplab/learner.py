@@ -414,8 +414,10 @@ class PausableLoop(EpochLoop):
         "Make the next `fit` start at `batch` of `epoch`, calling `restore()` where the loop stood when paused."
         if batch and not self.can_start_mid_epoch:
             raise ValueError(f"this run paused in the middle of epoch {epoch} (after batch {batch}), but "
-                             "dls.train cannot start mid-epoch: build it with DataLoaders.from_tensors, or give "
-                             "it a batch sampler with set_epoch and set_start_iter (e.g. looplab.data.EpochBatchSampler)")
+                             "dls.train cannot start mid-epoch: build it with DataLoaders.from_tensors, give it a "
+                             "batch sampler with set_epoch and set_start_iter (e.g. looplab.data.EpochBatchSampler), "
+                             "or wrap a loader that saves its own position (torchdata's StatefulDataLoader) in "
+                             "looplab.resume.StatefulLoader")
         self._idle_position = (epoch, batch)
         self._resume = (epoch, batch, restore)
 
