@@ -20,7 +20,7 @@ from .learner import set_seed
 from .loss_plot import compare_runs
 
 # %% auto #0
-__all__ = ['MonitorCallback', 'EarlyStopping', 'SaveBestModel', 'SWA', 'TensorBoardLogger', 'ablate', 'Ablation']
+__all__ = ['MonitorCallback', 'EarlyStopping', 'SaveBestModel', 'SWA', 'TensorBoardLogger', 'Ablation', 'ablate']
 
 # %% ../nbs/08b_monitoring.ipynb #e7f3f3cd
 class MonitorCallback(Callback):
@@ -249,27 +249,6 @@ def _summary_writer():
         raise ImportError(f"TensorBoardLogger needs the tensorboard package: pip install tensorboard ({e})") from e
     return SummaryWriter
 
-# %% ../nbs/08b_monitoring.ipynb #a53b6894
-def ablate(make_learner: Callable[[], object], cbs_sets: Mapping[str, Callable[[], list] | list], n_epochs: int,
-           seed: int = 0, fit: Callable | None = None) -> Ablation:
-    "Train a fresh `make_learner()` with each named callback set, same seed and data order; collect the Recorders."
-    if not isinstance(cbs_sets, Mapping) or not cbs_sets:
-        raise ValueError(f"cbs_sets must be a non-empty dict name -> callbacks (a list, or a function returning one), "
-                         f"got {cbs_sets!r}")
-    if not callable(make_learner):
-        raise TypeError(f"make_learner must be a function that builds a new Learner, got {make_learner!r}")
-    recorders = {}
-    for name, cbs in cbs_sets.items():
-        set_seed(seed)
-        learn = make_learner()
-        run_cbs = cbs() if callable(cbs) else copy.deepcopy(list(cbs))
-        if fit is None:
-            learn.fit(n_epochs, cbs=run_cbs)
-        else:
-            fit(learn, n_epochs, cbs=run_cbs)
-        recorders[name] = learn.recorder
-    return Ablation(recorders)
-
 # %% ../nbs/08b_monitoring.ipynb #9b316c10
 class Ablation:
     "The Recorders of an ablation's runs, by name: `table()` of the final values, `plot()` of the curves side by side."
@@ -301,3 +280,24 @@ class Ablation:
         out = io.BytesIO()
         self.plot().savefig(out, format="png")
         return out.getvalue()
+
+# %% ../nbs/08b_monitoring.ipynb #a53b6894
+def ablate(make_learner: Callable[[], object], cbs_sets: Mapping[str, Callable[[], list] | list], n_epochs: int,
+           seed: int = 0, fit: Callable | None = None) -> Ablation:
+    "Train a fresh `make_learner()` with each named callback set, same seed and data order; collect the Recorders."
+    if not isinstance(cbs_sets, Mapping) or not cbs_sets:
+        raise ValueError(f"cbs_sets must be a non-empty dict name -> callbacks (a list, or a function returning one), "
+                         f"got {cbs_sets!r}")
+    if not callable(make_learner):
+        raise TypeError(f"make_learner must be a function that builds a new Learner, got {make_learner!r}")
+    recorders = {}
+    for name, cbs in cbs_sets.items():
+        set_seed(seed)
+        learn = make_learner()
+        run_cbs = cbs() if callable(cbs) else copy.deepcopy(list(cbs))
+        if fit is None:
+            learn.fit(n_epochs, cbs=run_cbs)
+        else:
+            fit(learn, n_epochs, cbs=run_cbs)
+        recorders[name] = learn.recorder
+    return Ablation(recorders)

@@ -99,13 +99,9 @@ class BPTTBatches:
         self.data = data
         self.bptt = check_int("bptt", bptt, 1)
         self.batch_first = batch_first
+        self.n_steps = data.shape[1] if batch_first else data.shape[0]  # positions along the stream in each part
         self.epoch = 0  # the order does not depend on it: kept so that a checkpoint can name it
         self.start_iter = 0  # the window the next pass starts at
-
-    @property
-    def n_steps(self) -> int:
-        "Positions along the stream in each part."
-        return self.data.shape[1] if self.batch_first else self.data.shape[0]
 
     @property
     def n_batches(self) -> int:
