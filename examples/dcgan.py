@@ -3,9 +3,9 @@
     python examples/dcgan.py --epochs 5
 
 The same networks, data, seed and optimizers as examples/dcgan_plain.py (the plain torch twin, whose docstring lists
-what changed from the original); the loop is looplab's, in DCGAN mode: on every batch one critic step on real
-images against the generator's fakes, then one generator step on those same fakes. The progress table shows each
-epoch's gen_loss, crit_loss, D(x) and D(G(z)) (mean logits)."""
+what changed from the original); the loop is looplab's, in DCGAN mode (DCGANTrainer): on every batch one critic step
+on real images against the generator's fakes, then one generator step on those same fakes. The progress table shows
+each epoch's gen_loss, crit_loss, D(x) and D(G(z)) (mean logits), from GANColumns."""
 import argparse
 
 import torch
@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from looplab.data import DataLoaders
 from looplab.gan import gan_learner
+from looplab.gan_images import DCGANTrainer, GANColumns
 
 from dcgan_plain import digits_16, make_nets
 
@@ -24,7 +25,8 @@ def train(epochs: int = 5, bs: int = 64, lr: float = 2e-4, nz: int = 16, seed: i
     generator, critic = make_nets(nz)
     loader = DataLoader(TensorDataset(digits_16(n_images)), batch_size=bs, shuffle=True,
                         generator=torch.Generator().manual_seed(seed))  # batches of images alone: no labels needed
-    learn = gan_learner(generator, critic, DataLoaders(loader), noise_size=(nz, 1, 1), lr=lr, mode="dcgan")
+    learn = gan_learner(generator, critic, DataLoaders(loader), noise_size=(nz, 1, 1), lr=lr, trainer_cls=DCGANTrainer,
+                        cbs=[GANColumns()])
     if not verbose:
         learn.remove_cbs(learn.progress)
     learn.fit(epochs)

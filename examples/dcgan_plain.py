@@ -2,7 +2,7 @@
 
     python examples/dcgan_plain.py --epochs 5
 
-Its twin examples/dcgan.py trains the same networks with looplab's gan_learner(..., mode="dcgan");
+Its twin examples/dcgan.py trains the same networks with looplab's gan_learner(..., trainer_cls=DCGANTrainer);
 tests/test_dcgan_examples.py checks that both end with the same weights. The changes from the original, all for
 small data: 16x16 images (two up-sampling convs, not four), nz = ngf = ndf = 16, one channel; the critic ends
 without a sigmoid and the binary cross-entropy is computed from its logits, as softplus (-log sigmoid(x) is

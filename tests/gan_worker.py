@@ -3,7 +3,7 @@ GradScaler, two Adam optimizers, a FixedGANSwitcher(3, 2).
 
 With --stop-at N it saves a checkpoint after training batch N and stops; with --resume it loads one first. At the
 end it saves parameters, both loss histories, the switcher's counters and the scaler's state to OUT. With GAN_MODE=dcgan
-in the environment it trains in DCGAN mode instead (no switcher)."""
+in the environment it trains with looplab.gan_images' DCGANTrainer instead (DCGAN mode, no switcher)."""
 import os
 
 import torch
@@ -11,10 +11,11 @@ from torch import nn
 
 from looplab.data import DataLoaders, make_rings
 from looplab.engine import AMPEngine
-from looplab.gan import GAN_COLUMNS, FixedGANSwitcher, GANTrainer, gan_learner
+from looplab.gan import FixedGANSwitcher, GANTrainer, gan_learner
+from looplab.gan_images import GAN_COLUMNS, DCGANTrainer, GANColumns
 from looplab.learner import Learner, set_seed
 
-from helpers import StopAt, find_cb, run_worker
+from helpers import StopAt, run_worker
 
 
 def mlp(n_in, n_out, hidden=64):
@@ -26,10 +27,10 @@ def build_learner(stop_at=None, ckpt=None) -> Learner:
     set_seed(3)
     real, _ = make_rings(1024, std=0.1, seed=3)
     dls = DataLoaders.from_tensors(real, torch.zeros(len(real)), bs=64, valid_pct=0.0)
-    mode = os.environ.get("GAN_MODE", "alternate")
-    switcher = FixedGANSwitcher(3, 2) if mode == "alternate" else None
-    learn = gan_learner(mlp(2, 2), mlp(2, 1), dls, switcher=switcher, cbs=[StopAt(stop_at, ckpt)], mode=mode,
-                        engine=AMPEngine(torch.float16, device="cpu", init_scale=2.0**10))
+    trainer_cls = DCGANTrainer if os.environ.get("GAN_MODE") == "dcgan" else GANTrainer
+    switcher = FixedGANSwitcher(3, 2) if trainer_cls.alternates else None
+    learn = gan_learner(mlp(2, 2), mlp(2, 1), dls, switcher=switcher, cbs=[GANColumns(), StopAt(stop_at, ckpt)],
+                        trainer_cls=trainer_cls, engine=AMPEngine(torch.float16, device="cpu", init_scale=2.0**10))
     learn.engine.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3)  # so the scale moves
     learn.remove_cbs(learn.progress)
     return learn
@@ -37,7 +38,7 @@ def build_learner(stop_at=None, ckpt=None) -> Learner:
 
 def results(learn) -> dict:
     "Parameters, both optimizers' moments, both losses, the epoch rows' GAN columns, the switcher, the scaler."
-    trainer = find_cb(learn, GANTrainer)
+    trainer = next(cb for cb in learn.cbs if isinstance(cb, GANTrainer))
     switchers = [cb for cb in learn.cbs if type(cb) is FixedGANSwitcher]
     return {"params": [p.detach().clone() for p in learn.model.parameters()],
             "opts": {name: [s["exp_avg"].clone() for s in opt.state.values()] for name, opt in learn.opts.items()},

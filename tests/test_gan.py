@@ -1,4 +1,4 @@
-"GAN training with the Learner (looplab.gan): freezing, switchers, mode coverage, resume in a new process, AMP."
+"GAN training (looplab.gan, looplab.gan_images): freezing, switchers, mode coverage, resume in a new process, AMP."
 import math
 import os
 import random
@@ -15,8 +15,9 @@ from torch import nn
 from looplab.callback import Callback, CallbackError
 from looplab.data import DataLoaders, make_rings
 from looplab.engine import AMPEngine
-from looplab.gan import (AdaptiveGANSwitcher, FixedGANSwitcher, GANLoss, GANModule, GANPlot, GANTrainer, digit_grid,
-                         gan_learner, ring_scatter, wgan_crit_loss, wgan_gen_loss)
+from looplab.gan import (AdaptiveGANSwitcher, FixedGANSwitcher, GANLoss, GANModule, GANTrainer, gan_learner,
+                         ring_scatter, wgan_crit_loss, wgan_gen_loss)
+from looplab.gan_images import DCGANTrainer, GANColumns, GANPlot, digit_grid
 from looplab.learner import Learner, set_seed
 from looplab.widgets import LivePlotWarning, Throttle
 
@@ -30,11 +31,12 @@ def mlp(n_in, n_out, hidden=128):
                          nn.Linear(hidden, n_out))
 
 
-def ring_learner(preset="standard", switcher=None, cbs=None, engine=None, n=4096, seed=0, critic=None):
+def ring_learner(preset="standard", switcher=None, cbs=None, engine=None, n=4096, seed=0, critic=None, **kwargs):
     set_seed(seed)
     real, _ = make_rings(n, std=0.1, seed=seed)
     dls = DataLoaders.from_tensors(real, torch.zeros(len(real)), bs=64, valid_pct=0.0)
-    learn = gan_learner(mlp(2, 2), critic or mlp(2, 1), dls, preset=preset, switcher=switcher, cbs=cbs, engine=engine)
+    learn = gan_learner(mlp(2, 2), critic or mlp(2, 1), dls, preset=preset, switcher=switcher, cbs=cbs, engine=engine,
+                        **kwargs)
     learn.remove_cbs(learn.progress)
     return learn
 
@@ -96,6 +98,25 @@ def test_callable_counts_and_adaptive_switcher():
     assert "".join(modes.modes) == "CG" + "G" * 14  # the generator's loss never falls below -1: it keeps training
 
 
+TRAINERS = {"alternate": GANTrainer, "dcgan": DCGANTrainer}
+
+
+def gan_trainer(learn):
+    "The learner's GANTrainer (or DCGANTrainer)."
+    return next(cb for cb in learn.cbs if isinstance(cb, GANTrainer))
+
+
+def test_each_preset_brings_its_optimizer_and_an_explicit_one_wins():
+    standard, wgan = ring_learner(n=256), ring_learner("wgan", n=256)
+    adam = standard.opts["critic"]
+    assert isinstance(adam, torch.optim.Adam) and adam.defaults["betas"] == (0.5, 0.999) and standard.lr == 1e-3
+    rms = wgan.opts["critic"]
+    assert type(rms) is torch.optim.RMSprop and rms.defaults["momentum"] == 0 and wgan.lr == 5e-5  # Arjovsky et al.
+    assert wgan.opt_func is not standard.opt_func
+    sgd = ring_learner("wgan", n=256, opt_func=torch.optim.SGD, lr=0.1)
+    assert all(type(opt) is torch.optim.SGD and opt.defaults["lr"] == 0.1 for opt in sgd.opts.values())
+
+
 def modes_covered(generator, n=1000, std=0.1, radius=2.0, n_modes=8, seed=1):
     with torch.no_grad():
         fakes = generator(torch.randn(n, 2, generator=torch.Generator().manual_seed(seed)))
@@ -142,6 +163,10 @@ def test_bad_input_is_a_clear_error():
         plain.fit(1)
     with pytest.raises(ValueError, match=r"preset must be one of \['standard', 'wgan'\], got 'dcgan'"):
         gan_learner(mlp(2, 2), mlp(2, 1), dls, preset="dcgan")
+    with pytest.raises(TypeError, match="trainer_cls must be GANTrainer or a subclass of it"):
+        gan_learner(mlp(2, 2), mlp(2, 1), dls, trainer_cls="dcgan")
+    with pytest.raises(ValueError, match="DCGANTrainer trains the critic and then the generator.*nothing to switch"):
+        gan_learner(mlp(2, 2), mlp(2, 1), dls, trainer_cls=DCGANTrainer, switcher=FixedGANSwitcher())
     with pytest.raises(ValueError, match="clip must be a number > 0, got -0.01"):
         GANTrainer(clip=-0.01)
     with pytest.raises(TypeError, match="clip must be a number or None"):
@@ -245,8 +270,9 @@ def test_validation_never_crashes_and_changes_nothing_in_training(preset, mode, 
     runs = []
     for valid in (list(dls.valid), None):  # a list: iterating a torch DataLoader draws a global random number
         set_seed(1)
-        learn = gan_learner(mlp(2, 2), mlp(2, 1), DataLoaders(dls.train, valid), preset=preset, mode=mode)
-        learn.cbs[[type(c) for c in learn.cbs].index(GANTrainer)].gen_first = gen_first
+        learn = gan_learner(mlp(2, 2), mlp(2, 1), DataLoaders(dls.train, valid), preset=preset,
+                            trainer_cls=TRAINERS[mode])
+        gan_trainer(learn).gen_first = gen_first
         learn.remove_cbs(learn.progress)
         learn.fit(2)
         runs.append(learn)
@@ -258,7 +284,7 @@ def test_validation_never_crashes_and_changes_nothing_in_training(preset, mode, 
 
 def test_columns_are_printed_and_each_is_the_epochs_mean():
     import io
-    learn = ring_learner(n=1024)
+    learn = ring_learner(n=1024, cbs=[GANColumns()])
     learn.add_cbs(learn.progress)
     learn.progress.file = io.StringIO()
     learn.fit(1)
@@ -277,7 +303,7 @@ def test_unlabelled_batches_need_no_dummy_labels(form):
     make = {"tensor": lambda x: x, "1-tuple": lambda x: (x,), "list": lambda x: [x],
             "pair": lambda x: (x, torch.zeros(len(x)))}[form]
     batches = [make(real[i:i + 64]) for i in range(0, 256, 64)]
-    learn = gan_learner(mlp(2, 2), mlp(2, 1), DataLoaders(batches, batches[:1]), mode="dcgan")
+    learn = gan_learner(mlp(2, 2), mlp(2, 1), DataLoaders(batches, batches[:1]), trainer_cls=DCGANTrainer)
     learn.remove_cbs(learn.progress)
     learn.fit(1)
     assert math.isfinite(learn.recorder.values[-1]["valid_loss"])
@@ -287,10 +313,11 @@ def test_dcgan_mode_under_amp_bfloat16_runs():
     set_seed(0)
     real, _ = make_rings(512, std=0.1, seed=0)
     dls = DataLoaders.from_tensors(real, torch.zeros(len(real)), bs=64, valid_pct=0.0)
-    learn = gan_learner(mlp(2, 2), mlp(2, 1), dls, mode="dcgan", engine=AMPEngine(torch.bfloat16, device="cpu"))
+    learn = gan_learner(mlp(2, 2), mlp(2, 1), dls, trainer_cls=DCGANTrainer,
+                        engine=AMPEngine(torch.bfloat16, device="cpu"))
     learn.remove_cbs(learn.progress)
     learn.fit(2)
-    trainer = learn.cbs[[type(c) for c in learn.cbs].index(GANTrainer)]
+    trainer = gan_trainer(learn)
     assert len(trainer.gen_losses) == len(trainer.crit_losses) == 16
     assert all(math.isfinite(v) for _, v in trainer.gen_losses + trainer.crit_losses)
 
