@@ -6,7 +6,8 @@ Usage: run_tour.py [NBS_DIR | NOTEBOOK ...] [--save] [--check] [--out DIR] [--jo
   --check  leave the notebooks alone; fail if a fresh run's outputs differ in kind, cell by cell, from the
            committed ones (a picture, a table, text), or if any output is matplotlib's bare '<Figure size ...>'
   --out    also write the executed notebooks (normalised) to DIR, to read them
-  --jobs   notebooks executed at once (default 1: the times are then each notebook's own)"""
+  --jobs   notebooks executed at once (default 1: the times are then each notebook's own); with N > 1 each
+           kernel gets cores/N torch threads (OMP_NUM_THREADS), so that they do not contend"""
 from __future__ import annotations
 
 import os
@@ -53,6 +54,10 @@ def main(paths: list[Path], save: bool = False, check: bool = False, out_dir: st
     # and the notebooks run in full, not shortened as under nbdev_test.
     os.environ.pop("MPLBACKEND", None)
     os.environ.pop("IN_TEST", None)
+    if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
+        # Kernels side by side share the cores: torch's default of one thread per core in each of them makes
+        # their threads wait on one another (a notebook then runs several times slower than alone).
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
     failed, stale = [], []
     total = 0.0
     with tempfile.TemporaryDirectory(prefix="looplab-tour-") as sockets, ThreadPoolExecutor(jobs) as pool:
