@@ -142,3 +142,23 @@ def test_book_api_pages_list_every_exported_name(book):
         body = urllib.request.urlopen(base + name).read().decode()
         for export in module.__all__:
             assert f'id="{export}"' in body, (name, export)
+
+
+def test_an_exercise_solution_is_hidden_until_opened(book):
+    "A cell collapsed in JupyterLab (`jupyter.source_hidden`: 04b's exercise solution) is collapsed in the book too."
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+    base, _ = book
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(OUT / "chromium-profile-hidden"), executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+        try:
+            page = context.new_page()
+            page.goto(base + "04b_learner_rules.html", wait_until="load")
+            solution = page.get_by_text("Skips backward and step for a training batch")
+            assert page.locator("details.book-hidden-source").count() == 1
+            assert not solution.is_visible()
+            page.locator("details.book-hidden-source > summary").click()
+            assert solution.is_visible()
+        finally:
+            context.close()
