@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader
 from .checks import check_int, check_number
 
 # %% auto #0
-__all__ = ['load_digits', 'shuffled_order', 'EpochOrder', 'EpochBatchSampler', 'ArrayDataset', 'collate_batch', 'DataLoaders',
-           'set_seed', 'make_rings']
+__all__ = ['TARGET_KEYS', 'load_digits', 'shuffled_order', 'EpochOrder', 'EpochBatchSampler', 'ArrayDataset', 'collate_batch',
+           'DataLoaders', 'default_split_batch', 'set_seed', 'make_rings']
 
 # %% ../nbs/01_bare_loop.ipynb #23ea2bb9
 def load_digits(flatten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -217,6 +217,33 @@ class DataLoaders:
             valid = DataLoader(ArrayDataset(x_valid, y_valid), batch_size=valid_bs or 2 * bs, shuffle=False,
                                collate_fn=collate_batch)
         return cls(train, valid)
+
+# %% ../nbs/01_bare_loop.ipynb #a6e92a39
+def _shape(x) -> str:
+    "A short description of a batch element for error messages: its shape if it has one."
+    if isinstance(x, torch.Tensor):
+        return f"tensor{tuple(x.shape)}"
+    if isinstance(x, (tuple, list)):
+        return "(" + ", ".join(_shape(e) for e in x) + ")"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {_shape(v)}" for k, v in x.items()) + "}"
+    return type(x).__name__
+
+# %% ../nbs/01_bare_loop.ipynb #75004cf0
+TARGET_KEYS = ("labels", "label", "targets", "target", "y")  # a dict batch's target, found by name
+
+def default_split_batch(batch) -> tuple:
+    "(inputs, targets) of a batch: `(x, y)`; `(x1, ..., xk, y)` → `((x1, ..., xk), y)`; a dict → the rest and its target."
+    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+        return (batch[0], batch[1]) if len(batch) == 2 else (tuple(batch[:-1]), batch[-1])
+    if isinstance(batch, dict):
+        found = [key for key in TARGET_KEYS if key in batch]
+        if len(found) == 1:
+            return {k: v for k, v in batch.items() if k != found[0]}, batch[found[0]]
+    raise TypeError(f"cannot tell inputs from targets in the batch {_shape(batch)}: looplab reads (x, y), "
+                    f"(x1, ..., xk, y), and dicts with exactly one of the keys {', '.join(TARGET_KEYS)}; pass "
+                    "Learner(..., split_batch=lambda batch: (inputs, targets)), where inputs is a tensor, a tuple "
+                    "(the model's positional arguments) or a dict (its keyword arguments)")
 
 # %% ../nbs/01_bare_loop.ipynb #9be3a789
 def set_seed(seed: int) -> None:

@@ -16,30 +16,13 @@ from torch import nn
 from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException)
-from .data import set_seed
+from .data import _shape, default_split_batch, set_seed
 from .engine import AMPEngine, DeviceEngine, Engine, move_optimizer_state
 from .metrics import as_reducers
 from .recorder import ProgressCallback, Recorder
 
 # %% auto #0
-__all__ = ['TARGET_KEYS', 'default_split_batch', 'LearnerBase', 'LearnerSetup', 'BatchLoop', 'ValidationLoop', 'EpochLoop',
-           'PausableLoop', 'Learner']
-
-# %% ../nbs/04_learner.ipynb #75004cf0
-TARGET_KEYS = ("labels", "label", "targets", "target", "y")  # a dict batch's target, found by name
-
-def default_split_batch(batch) -> tuple:
-    "(inputs, targets) of a batch: `(x, y)`; `(x1, ..., xk, y)` → `((x1, ..., xk), y)`; a dict → the rest and its target."
-    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
-        return (batch[0], batch[1]) if len(batch) == 2 else (tuple(batch[:-1]), batch[-1])
-    if isinstance(batch, dict):
-        found = [key for key in TARGET_KEYS if key in batch]
-        if len(found) == 1:
-            return {k: v for k, v in batch.items() if k != found[0]}, batch[found[0]]
-    raise TypeError(f"cannot tell inputs from targets in the batch {_shape(batch)}: looplab reads (x, y), "
-                    f"(x1, ..., xk, y), and dicts with exactly one of the keys {', '.join(TARGET_KEYS)}; pass "
-                    "Learner(..., split_batch=lambda batch: (inputs, targets)), where inputs is a tensor, a tuple "
-                    "(the model's positional arguments) or a dict (its keyword arguments)")
+__all__ = ['LearnerBase', 'LearnerSetup', 'BatchLoop', 'ValidationLoop', 'EpochLoop', 'PausableLoop', 'Learner']
 
 # %% ../nbs/04_learner.ipynb #a3433131
 def _as_list(cbs) -> list:
@@ -195,17 +178,6 @@ class LearnerSetup(LearnerBase):
         if _length(self.dls.train) == 0 and getattr(self.train_order, "start_iter", 0) == 0:
             raise ValueError("the training dataloader dls.train is empty (0 batches): check the dataset's length "
                              "and that batch_size is not larger than the dataset with drop_last=True")
-
-# %% ../nbs/04_learner.ipynb #a6e92a39
-def _shape(x) -> str:
-    "A short description of a batch element for error messages: its shape if it has one."
-    if isinstance(x, torch.Tensor):
-        return f"tensor{tuple(x.shape)}"
-    if isinstance(x, (tuple, list)):
-        return "(" + ", ".join(_shape(e) for e in x) + ")"
-    if isinstance(x, dict):
-        return "{" + ", ".join(f"{k!r}: {_shape(v)}" for k, v in x.items()) + "}"
-    return type(x).__name__
 
 # %% ../nbs/04_learner.ipynb #b954d9a6
 def _checked_call(learn, what: str, fn: Callable, x, *first):
