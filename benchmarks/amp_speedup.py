@@ -2,6 +2,11 @@
 matmul-heavy model: an MLP of 4096-wide linear layers. The three run side by side in one process, in interleaved
 rounds, on the same pre-batched data already on the device; CUDA is synchronized before every clock reading.
 
+On CUDA it then compares each Learner with the loop a user writes without looplab on the same model and batches:
+the five lines in fp32, with torch.autocast in bfloat16, with torch.autocast and a GradScaler in float16 — at a size
+where the GPU is the bottleneck (4 x Linear(8192, 8192), batch 8192) and at a tiny one where the host is (64-64-10,
+batch 64). On the CPU those rows are skipped with a message (benchmarks/loop_overhead.py has the CPU rows).
+
 Run: python benchmarks/amp_speedup.py [--device cpu|cuda] [--rounds N] [--steps N] [--bs N] [--layers N]
 (default device: cuda if available). On the CPU the defaults are small so that the run takes well under a minute: torch's CPU float16 matmul
 is not optimized (about 20x slower than fp32 here), so float16 dominates the CPU run.
@@ -55,6 +60,87 @@ def steps_per_second(learn: Learner, device: torch.device) -> float:
     return (learn.n_steps - steps_before) / elapsed
 
 
+HAND_SIZES = {"GPU-bound, 4 x Linear(8192, 8192), batch 8192": (8192, [8192] * 4, 8192, 20),
+              "host-bound, 64-64-10, batch 64": (64, [64], 64, 1000)}  # n_in, hidden, batch size, steps per round
+
+
+def hand_written_loop(kind: str, model: nn.Module, batches, device: torch.device, lr: float) -> float:
+    "Seconds for the loop a user writes by hand: the five lines, under torch.autocast (and a GradScaler for fp16)."
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(kind)
+    scaler = torch.amp.GradScaler(device.type) if kind == "fp16" else None
+    loss_func = nn.functional.cross_entropy
+    sync(device)
+    start = time.perf_counter()
+    for xb, yb in batches:
+        if dtype is None:
+            loss = loss_func(model(xb), yb)
+        else:
+            with torch.autocast(device.type, dtype=dtype):
+                loss = loss_func(model(xb), yb)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        opt.zero_grad()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def learner_seconds(learn: Learner, device: torch.device) -> float:
+    "Seconds of one `fit(1)`."
+    sync(device)
+    start = time.perf_counter()
+    learn.fit(1)
+    sync(device)
+    return time.perf_counter() - start
+
+
+def compare_with_hand_written(device: torch.device, kinds=("fp32", "fp16", "bf16"), rounds: int = 7) -> None:
+    "Learner (DeviceEngine or AMPEngine) against `hand_written_loop`, interleaved, at the sizes of `HAND_SIZES`."
+    if device.type != "cuda":
+        print("hand-written rows skipped: they compare CUDA engines and there is no CUDA device here "
+              "(torch.cuda.is_available() is False); benchmarks/loop_overhead.py measures the CPU")
+        return
+    for size, (n_in, hidden, bs, n_steps) in HAND_SIZES.items():
+        print(f"{size}, {n_steps} steps per round, {rounds} interleaved rounds:")
+        compare_at(device, n_in, hidden, bs, n_steps, kinds, rounds)
+
+
+def compare_at(device: torch.device, n_in: int, hidden: list, bs: int, n_steps: int, kinds, rounds: int) -> None:
+    "One size of `compare_with_hand_written`: a line per kind."
+    engines = {"fp32": lambda: DeviceEngine(device), "fp16": lambda: AMPEngine(torch.float16, device=device),
+               "bf16": lambda: AMPEngine(torch.bfloat16, device=device)}
+    labels = {"fp32": "DeviceEngine vs the five lines", "fp16": "AMPEngine(float16) vs autocast + GradScaler",
+              "bf16": "AMPEngine(bfloat16) vs autocast"}
+    g = torch.Generator().manual_seed(0)
+    distinct = min(n_steps, 8)  # a few distinct batches, repeated: the big size's data stays a few GB
+    batches = [(torch.randn(bs, n_in, generator=g).to(device), torch.randint(0, 10, (bs,), generator=g).to(device))
+               for _ in range(distinct)] * (n_steps // distinct)
+    for kind in kinds:
+        torch.manual_seed(0)
+        sizes = [n_in, *hidden]
+        layers = [m for a, b in zip(sizes[:-1], sizes[1:]) for m in (nn.Linear(a, b), nn.ReLU())]
+        model = nn.Sequential(*layers, nn.Linear(sizes[-1], 10)).to(device)
+        learn = Learner(model, DataLoaders(batches, None), lr=1e-3, engine=engines[kind](), progress=False)
+        learn.fit(1)  # warm-up of both: kernels chosen, memory allocated
+        hand_written_loop(kind, model, batches, device, 1e-3)
+        hand, mine = [], []
+        for _ in range(rounds):
+            hand.append(hand_written_loop(kind, model, batches, device, 1e-3))
+            mine.append(learner_seconds(learn, device))
+        ratios = [m / h for m, h in zip(mine, hand)]
+        print(f"  {labels[kind]:<44} hand {statistics.median(hand) / len(batches) * 1e3:8.3f} ms/step  "
+              f"looplab {statistics.median(mine) / len(batches) * 1e3:8.3f} ms/step  median ratio "
+              f"{statistics.median(ratios):.3f}; fastest/fastest {min(mine) / min(hand):.3f}")
+        del learn, model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
@@ -96,6 +182,8 @@ def main():
     for k in kinds:
         loss = learners[k].recorder.losses[-1]
         print(f"last loss {labels[k]}: {loss:.4f}")
+    del learners
+    compare_with_hand_written(device, rounds=max(rounds, 7))
 
 
 if __name__ == "__main__":

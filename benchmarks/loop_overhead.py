@@ -6,7 +6,10 @@ with a realistic stack — fit_one_cycle, GradientClipping and the Recorder — 
 Both run in this process, in interleaved rounds (bare, learner, bare, learner, ...), on the same pre-batched
 data, with one thread, so that the machine's noise hits both alike. Prints the median ratio Learner/bare per
 workload, and the ratio of the two fastest runs (noise only ever slows a run down, so the fastest runs are the
-least disturbed). Run: python benchmarks/loop_overhead.py [--rounds N]
+least disturbed). On CUDA it then times the Learner's DeviceEngine against the five lines on the GPU, at a size where
+the GPU is the bottleneck and a tiny one where the host is (benchmarks/amp_speedup.py's `compare_with_hand_written`,
+which also has the mixed-precision rows); on the CPU that part is skipped with a message.
+Run: python benchmarks/loop_overhead.py [--rounds N]
 """
 import argparse
 import gc
@@ -25,6 +28,8 @@ from looplab.learner import Learner
 from looplab.loss_plot import LossPlot
 from looplab.regularize import GradientClipping
 from looplab.schedule import fit_one_cycle, one_cycle_scheds
+
+from amp_speedup import compare_with_hand_written  # a sibling script: benchmarks/ is on sys.path when run
 
 
 def make_workload(n_in, hidden, n_out, bs, n_batches, seed=0):
@@ -149,6 +154,8 @@ def main():
     # (its clip function called by the engine) and the Recorder, against the same three things written by hand.
     measure("tiny MLP, 1cycle + clipping + Recorder", 64, [64], 10, 64, 2000, args.rounds, lr=0.1,
             bare_fn=bare_one_cycle_loop, learner_fn=learner_one_cycle_loop)
+    cuda = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    compare_with_hand_written(cuda, kinds=("fp32",), rounds=args.rounds)
 
 
 if __name__ == "__main__":

@@ -234,6 +234,8 @@ TARGET_KEYS = ("labels", "label", "targets", "target", "y")  # a dict batch's ta
 
 def default_split_batch(batch) -> tuple:
     "(inputs, targets) of a batch: `(x, y)`; `(x1, ..., xk, y)` → `((x1, ..., xk), y)`; a dict → the rest and its target."
+    if type(batch) is tuple and len(batch) == 2:  # the common batch, as it is: this runs on every batch
+        return batch
     if isinstance(batch, (tuple, list)) and len(batch) >= 2:
         return (batch[0], batch[1]) if len(batch) == 2 else (tuple(batch[:-1]), batch[-1])
     if isinstance(batch, dict):

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
+from .callback import (EVENTS, Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException)
 from .data import _shape, default_split_batch, set_seed
@@ -22,7 +22,7 @@ from .metrics import as_reducers
 from .recorder import ProgressCallback, Recorder
 
 # %% auto #0
-__all__ = ['LearnerBase', 'LearnerSetup', 'BatchLoop', 'ValidationLoop', 'EpochLoop', 'PausableLoop', 'Learner']
+__all__ = ['LearnerBase', 'LearnerSetup', 'BatchLoop', 'FastBatchLoop', 'ValidationLoop', 'EpochLoop', 'PausableLoop', 'Learner']
 
 # %% ../nbs/04_learner.ipynb #a3433131
 def _as_list(cbs) -> list:
@@ -180,27 +180,32 @@ class LearnerSetup(LearnerBase):
                              "and that batch_size is not larger than the dataset with drop_last=True")
 
 # %% ../nbs/04_learner.ipynb #b954d9a6
-def _checked_call(learn, what: str, fn: Callable, x, *first):
-    "`fn(*first, x)` (`x` spread) for the model or the loss function; an error names the batch and the shapes."
+_MODEL = object()  # `_checked_call`'s default `preds`: the call is the model's, which takes no predictions
+
+def _checked_call(learn, what: str, fn: Callable, x, preds=_MODEL):
+    "`fn(x)` for the model, `fn(preds, x)` for the loss, `x` spread if a tuple or dict; an error names the batch and shapes."
     try:
         if type(x) is tuple:  # several positional inputs (or targets)
-            out = fn(*first, *x)
+            out = fn(*x) if preds is _MODEL else fn(preds, *x)
         elif isinstance(x, dict):
-            out = fn(*first, **x)
+            out = fn(**x) if preds is _MODEL else fn(preds, **x)
         else:
-            out = fn(*first, x)
+            out = fn(x) if preds is _MODEL else fn(preds, x)
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
-        given = f"xb {_shape(x)}" if what == "the model" else f"preds {_shape(first[0])}"
-        message = f"{what} failed on {_where(learn)} ({given}, yb {_shape(learn.yb)}): {e}"
-        try:
-            error = type(e)(message)
-        except Exception:  # an exception type whose constructor takes other arguments
-            error = RuntimeError(message)
-        raise error from e
-    if what == "loss_func" and getattr(out, "ndim", None) != 0:
+        raise _call_error(learn, what, e, x if preds is _MODEL else preds) from e
+    if preds is not _MODEL and getattr(out, "ndim", None) != 0:
         raise ValueError(f"loss_func must return a scalar tensor, got {_shape(out)} on {_where(learn)}; "
                          "use a mean (e.g. reduction='mean')")
     return out
+
+def _call_error(learn, what: str, e: Exception, given) -> Exception:
+    "The error of a failed model or loss call: `e`'s message with the batch, the inputs (or predictions) and targets."
+    given = f"xb {_shape(given)}" if what == "the model" else f"preds {_shape(given)}"
+    message = f"{what} failed on {_where(learn)} ({given}, yb {_shape(learn.yb)}): {e}"
+    try:
+        return type(e)(message)
+    except Exception:  # an exception type whose constructor takes other arguments
+        return RuntimeError(message)
 
 def _where(learn) -> str:
     "Which batch of which epoch, for error messages."
@@ -237,7 +242,7 @@ class BatchLoop(LearnerSetup):
             with self.engine.autocast():
                 self.preds = _checked_call(self, "the model", self.model, self.xb)
                 self.cbh("on_loss_begin")
-                self.loss_grad = _checked_call(self, "loss_func", self.loss_func, self.yb, self.preds)
+                self.loss_grad = _checked_call(self, "loss_func", self.loss_func, self.yb, preds=self.preds)
             self.loss = self.loss_grad.detach()
             if self.training:
                 self._backward()
@@ -286,8 +291,64 @@ class BatchLoop(LearnerSetup):
             if not isinstance(cancel, CancelZeroGradException):
                 raise  # a broader cancel: on to the enclosing phase
 
+# %% ../nbs/04_learner.ipynb #51358c33
+_PLAIN_ENGINE = ("before_forward", "autocast", "backward_loss", "optimizer_step", "zero_grad")
+_FAST_EVENTS = ("on_batch_begin", "on_step_end", "on_step_cancel", "on_batch_end", "on_batch_cancel")  # dispatched
+_BATCH_EVENTS = EVENTS[EVENTS.index("on_batch_begin"):EVENTS.index("on_batch_cancel") + 1]
+
+def _fast_path_applies(engine, handlers: dict) -> bool:
+    "Whether `engine`'s batch methods are DeviceEngine's own and no callback listens to a batch event the fast path skips."
+    kind = type(engine)
+    return (all(getattr(kind, name) is getattr(DeviceEngine, name) for name in _PLAIN_ENGINE)
+            and not any(handlers[event] for event in _BATCH_EVENTS if event not in _FAST_EVENTS))
+
+# %% ../nbs/04_learner.ipynb #b0a8e946
+class FastBatchLoop(BatchLoop):
+    "One batch, plus its fast path: the five lines and the listened events, when nothing would see the difference."
+    _fast_for = (None, None)  # the handlers and the engine that `_fast` was decided for
+    _fast = False
+
+    def _do_batch(self) -> None:
+        handlers = self.cbh.handlers
+        if handlers is not self._fast_for[0] or self.engine is not self._fast_for[1]:
+            self._fast = _fast_path_applies(self.engine, handlers)
+            self._fast_for = (handlers, self.engine)
+        if not self._fast:
+            return super()._do_batch()
+        try:
+            self.cbh("on_batch_begin")
+            self.preds = _checked_call(self, "the model", self.model, self.xb)
+            self.loss_grad = _checked_call(self, "loss_func", self.loss_func, self.yb, preds=self.preds)
+            self.loss = self.loss_grad.detach()
+            if self.training:
+                self._plain_update()
+            self.cbh("on_batch_end")
+        except CancelException as cancel:
+            self.cbh("on_batch_cancel")
+            if not isinstance(cancel, CancelBatchException):
+                raise  # a broader cancel: on to the enclosing phase
+
+    def _plain_update(self) -> None:
+        "`engine.backward_loss`, `optimizer_step` and `zero_grad` of a DeviceEngine, and the step's two events."
+        try:
+            self.loss_grad.backward()
+        except RuntimeError as e:
+            raise _backward_error(self, e) from e
+        if self.clip_fn is not None:
+            self.clip_fn([p for group in self.opt.param_groups for p in group["params"]])
+        self.opt.step()
+        self.step_skipped = False
+        self.n_steps += 1
+        try:
+            self.cbh("on_step_end")
+        except CancelException as cancel:
+            self.cbh("on_step_cancel")
+            if not isinstance(cancel, CancelStepException):
+                raise  # a broader cancel: on to the enclosing phase
+        self.opt.zero_grad()
+
 # %% ../nbs/04_learner.ipynb #0748a74f
-class ValidationLoop(BatchLoop):
+class ValidationLoop(FastBatchLoop):
     "One batch, plus a validation pass: every batch of a loader, without gradients, in `eval` mode, with its events."
     def _validate_epoch(self, dl) -> None:
         if dl is None:

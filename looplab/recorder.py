@@ -50,13 +50,18 @@ class BatchRecorder(Callback):
         self._pending: list[torch.Tensor] = []
         self._pending_bs: list[int] = []
         self._hyper = ((), ())
+        self._hyper_of = (None, None)  # the (lr, momentum or betas) objects `_hyper` was read from
         self._epoch_total = 0.0  # weighted sum of this epoch's flushed batch losses
         self._epoch_count = 0  # and the number of items behind it
 
     def on_step_end(self):
         groups = self.learn.opt.param_groups
-        if len(groups) == 1:  # the common case, without the loops: this runs on every batch
-            self._hyper = ((groups[0]["lr"],), (group_momentum(groups[0]),))
+        if len(groups) == 1:  # the common case, read again only when a schedule set new values
+            group = groups[0]
+            lr, mom = group["lr"], group.get("betas", group.get("momentum"))
+            if lr is not self._hyper_of[0] or mom is not self._hyper_of[1]:
+                self._hyper = ((lr,), (group_momentum(group),))
+                self._hyper_of = (lr, mom)
         else:
             self._hyper = (tuple([g["lr"] for g in groups]), tuple([group_momentum(g) for g in groups]))
 
