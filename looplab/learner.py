@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .callback import (EVENTS, Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
+from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException)
 from .data import _shape, default_split_batch, set_seed
@@ -237,12 +237,7 @@ class BatchLoop(LearnerSetup):
     def _do_batch(self) -> None:
         try:
             self.cbh("on_batch_begin")
-            if self.training:
-                self.engine.before_forward(self.model, self.sync_grads)  # DDP: sync this batch's gradients or not
-            with self.engine.autocast():
-                self.preds = _checked_call(self, "the model", self.model, self.xb)
-                self.cbh("on_loss_begin")
-                self.loss_grad = _checked_call(self, "loss_func", self.loss_func, self.yb, preds=self.preds)
+            self._forward()
             self.loss = self.loss_grad.detach()
             if self.training:
                 self._backward()
@@ -253,6 +248,14 @@ class BatchLoop(LearnerSetup):
             self.cbh("on_batch_cancel")
             if not isinstance(cancel, CancelBatchException):
                 raise  # a broader cancel: on to the enclosing phase
+
+    def _forward(self) -> None:
+        if self.training:
+            self.engine.before_forward(self.model, self.sync_grads)  # DDP: sync this batch's gradients or not
+        with self.engine.autocast():
+            self.preds = _checked_call(self, "the model", self.model, self.xb)
+            self.cbh("on_loss_begin")
+            self.loss_grad = _checked_call(self, "loss_func", self.loss_func, self.yb, preds=self.preds)
 
     def _backward(self) -> None:
         try:
@@ -292,59 +295,43 @@ class BatchLoop(LearnerSetup):
                 raise  # a broader cancel: on to the enclosing phase
 
 # %% ../nbs/04_learner.ipynb #51358c33
-_PLAIN_ENGINE = ("before_forward", "autocast", "backward_loss", "optimizer_step", "zero_grad")
-_FAST_EVENTS = ("on_batch_begin", "on_step_end", "on_step_cancel", "on_batch_end", "on_batch_cancel")  # dispatched
-_BATCH_EVENTS = EVENTS[EVENTS.index("on_batch_begin"):EVENTS.index("on_batch_cancel") + 1]
+_PLAIN_ENGINE = ("before_forward", "autocast", "backward_loss", "zero_grad")  # what the fast path does itself
+_SKIPPED_EVENTS = ("on_loss_begin", "on_backward_begin", "on_backward_end", "on_backward_cancel",
+                   "on_zero_grad_begin", "on_zero_grad_end", "on_zero_grad_cancel")
 
 def _fast_path_applies(engine, handlers: dict) -> bool:
-    "Whether `engine`'s batch methods are DeviceEngine's own and no callback listens to a batch event the fast path skips."
+    "Whether `engine`'s methods the fast path replaces are DeviceEngine's own, and no callback listens to the events it skips."
     kind = type(engine)
     return (all(getattr(kind, name) is getattr(DeviceEngine, name) for name in _PLAIN_ENGINE)
-            and not any(handlers[event] for event in _BATCH_EVENTS if event not in _FAST_EVENTS))
+            and not any(handlers[event] for event in _SKIPPED_EVENTS))
 
 # %% ../nbs/04_learner.ipynb #b0a8e946
 class FastBatchLoop(BatchLoop):
-    "One batch, plus its fast path: the five lines and the listened events, when nothing would see the difference."
+    "One batch, plus its fast path: forward, backward and zero_grad as plain calls when nothing would see the difference."
     _fast_for = (None, None)  # the handlers and the engine that `_fast` was decided for
     _fast = False
 
-    def _do_batch(self) -> None:
-        handlers = self.cbh.handlers
+    def _forward(self) -> None:
+        handlers = self.cbh.handlers  # a new dict whenever callbacks are added or removed
         if handlers is not self._fast_for[0] or self.engine is not self._fast_for[1]:
             self._fast = _fast_path_applies(self.engine, handlers)
             self._fast_for = (handlers, self.engine)
         if not self._fast:
-            return super()._do_batch()
-        try:
-            self.cbh("on_batch_begin")
-            self.preds = _checked_call(self, "the model", self.model, self.xb)
-            self.loss_grad = _checked_call(self, "loss_func", self.loss_func, self.yb, preds=self.preds)
-            self.loss = self.loss_grad.detach()
-            if self.training:
-                self._plain_update()
-            self.cbh("on_batch_end")
-        except CancelException as cancel:
-            self.cbh("on_batch_cancel")
-            if not isinstance(cancel, CancelBatchException):
-                raise  # a broader cancel: on to the enclosing phase
+            return super()._forward()
+        self.preds = _checked_call(self, "the model", self.model, self.xb)
+        self.loss_grad = _checked_call(self, "loss_func", self.loss_func, self.yb, preds=self.preds)
 
-    def _plain_update(self) -> None:
-        "`engine.backward_loss`, `optimizer_step` and `zero_grad` of a DeviceEngine, and the step's two events."
+    def _backward(self) -> None:
+        if not self._fast:  # decided by this batch's `_forward`
+            return super()._backward()
         try:
             self.loss_grad.backward()
         except RuntimeError as e:
             raise _backward_error(self, e) from e
-        if self.clip_fn is not None:
-            self.clip_fn([p for group in self.opt.param_groups for p in group["params"]])
-        self.opt.step()
-        self.step_skipped = False
-        self.n_steps += 1
-        try:
-            self.cbh("on_step_end")
-        except CancelException as cancel:
-            self.cbh("on_step_cancel")
-            if not isinstance(cancel, CancelStepException):
-                raise  # a broader cancel: on to the enclosing phase
+
+    def _zero_grad(self) -> None:
+        if not self._fast:
+            return super()._zero_grad()
         self.opt.zero_grad()
 
 # %% ../nbs/04_learner.ipynb #0748a74f

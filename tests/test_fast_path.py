@@ -17,7 +17,7 @@ from looplab.engine import AMPEngine, DeviceEngine
 from looplab.regularize import GradientClipping
 from looplab.schedule import fit_one_cycle
 
-FAST_EVENTS = ("on_batch_begin", "on_step_end", "on_step_cancel", "on_batch_end", "on_batch_cancel")
+FAST_EVENTS = ("on_batch_begin", "on_step_begin", "on_step_end", "on_step_cancel", "on_batch_end", "on_batch_cancel")
 
 
 class KeepsFullPath(Callback):
@@ -27,7 +27,7 @@ class KeepsFullPath(Callback):
 
 
 class Trace(Callback):
-    "Records the fast path's events (the only ones it may listen to without turning the fast path off)."
+    "Records the batch events the fast path dispatches (listening to them keeps it on)."
     def __init__(self):
         self.seen = []
 
@@ -49,8 +49,9 @@ def train(full: bool, n_epochs=2, cbs=(), fit=None, **kwargs):
     return learn
 
 
-def same_run(fast, full):
-    assert fast._fast and not full._fast
+def same_run(fast, full, forwarded=True):
+    "`forwarded`: a batch reached its forward pass, where the path is decided (a fit cancelled before has none)."
+    assert not forwarded or (fast._fast and not full._fast)
     assert all(torch.equal(a, b) for a, b in zip(fast.model.parameters(), full.model.parameters()))
     assert fast.recorder.losses == full.recorder.losses and fast.recorder.hypers == full.recorder.hypers
     assert [r["valid_loss"] for r in fast.recorder.values] == [r["valid_loss"] for r in full.recorder.values]
@@ -80,8 +81,8 @@ def test_listeners_of_the_dispatched_events_see_the_same_sequence():
     assert fast_trace.seen == full_trace.seen and len(fast_trace.seen) > 0
 
 
-@pytest.mark.parametrize("event", ["on_loss_begin", "on_backward_begin", "on_backward_end", "on_step_begin",
-                                   "on_zero_grad_begin", "on_zero_grad_end"])
+@pytest.mark.parametrize("event", ["on_loss_begin", "on_backward_begin", "on_backward_end", "on_zero_grad_begin",
+                                   "on_zero_grad_end"])
 def test_a_listener_of_a_skipped_event_turns_the_fast_path_off(event):
     calls = []
     listener = type("Listener", (Callback,), {event: lambda self: calls.append(self.learn.iter)})()
@@ -100,6 +101,18 @@ def test_engines_that_are_not_plain_keep_the_full_path():
     plain = make_learner(engine=DeviceEngine("cpu"))
     plain.fit(1)
     assert plain._fast
+
+
+def test_the_engines_optimizer_step_runs_on_the_fast_path():
+    "The step phase is BatchLoop's own on both paths: an engine's optimizer_step is called for every step."
+    class CountsSteps(DeviceEngine):
+        n = 0
+        def optimizer_step(self, loss, model, optimizer, clip_fn=None):
+            self.n += 1
+            return super().optimizer_step(loss, model, optimizer, clip_fn)
+    learn = make_learner(engine=CountsSteps("cpu"))
+    learn.fit(2)
+    assert learn._fast and learn.engine.n == learn.n_steps == 2 * len(learn.dls.train)
 
 
 def test_a_callback_attached_mid_epoch_is_called_from_the_next_batch():
@@ -187,10 +200,10 @@ def test_errors_read_the_same_on_both_paths():
 
 @settings(max_examples=25, deadline=None)
 @given(cancel=st.sampled_from([CancelStepException, CancelBatchException, CancelFitException, None]),
-       where=st.sampled_from(["on_batch_begin", "on_step_end", "on_batch_end"]),
+       where=st.sampled_from(["on_batch_begin", "on_step_begin", "on_step_end", "on_batch_end"]),
        at=st.integers(0, 9), epochs=st.integers(1, 2))
 def test_cancels_from_the_dispatched_events_end_the_same_on_both_paths(cancel, where, at, epochs):
-    "A cancel raised in on_batch_begin, on_step_end or on_batch_end, at one batch: the same history, weights, events, errors."
+    "A cancel raised in an event the fast path dispatches, at one batch: the same history, weights, events, errors."
     class Cancels(Callback):
         def __init__(self):
             self.seen = []
@@ -213,7 +226,7 @@ def test_cancels_from_the_dispatched_events_end_the_same_on_both_paths(cancel, w
             raised = type(e)
         runs.append((learn, cb, raised))
     (fast, fast_cb, fast_raised), (full, full_cb, full_raised) = runs
-    same_run(fast, full)
+    same_run(fast, full, forwarded=fast.n_iter > 1 or where != "on_batch_begin")
     assert fast_cb.seen == full_cb.seen and fast_raised is full_raised
 
 
