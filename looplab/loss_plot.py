@@ -39,6 +39,20 @@ def _loss_axes(fig: Figure, beta: float, log: bool, n_batches: int | None) -> li
     _set_margins(fig)
     return [raw, smooth, valid]
 
+# %% ../nbs/05b_loss_plot.ipynb #02158fa3
+def _per_column(x: np.ndarray, y, n_columns: int) -> tuple[np.ndarray, np.ndarray]:
+    "(x, y) with at most two points per pixel column — each column's lowest and highest, in order — when there are more."
+    y = np.asarray(y, dtype=float)
+    per = len(y) // max(n_columns, 1)
+    if per < 3 or not np.isfinite(y).all():  # little to gain, or gaps the line must show
+        return x, y
+    whole = len(y) // per * per
+    cols = y[:whole].reshape(-1, per)
+    low, high = cols.argmin(axis=1), cols.argmax(axis=1)
+    inside = np.stack([np.minimum(low, high), np.maximum(low, high)], axis=1)
+    keep = np.concatenate([(np.arange(0, whole, per)[:, None] + inside).ravel(), np.arange(whole, len(y))])
+    return x[keep], y[keep]
+
 # %% ../nbs/05b_loss_plot.ipynb #f72c96a3
 class LossChart(LivePlot):
     "Live chart of the training loss (each batch and smoothed) and the validation loss (each epoch)."
@@ -90,8 +104,9 @@ class LossChart(LivePlot):
     def _fill(self, fig: Figure, lines: list, grow: bool) -> None:
         ax = fig.axes[0]
         steps = np.arange(1, len(self.losses) + 1)
-        lines[0].set_data(steps, self.losses)
-        lines[1].set_data(steps, self.smooth)
+        columns = int(ax.bbox.width)  # pixels: at most two points of each curve are drawn per column
+        lines[0].set_data(*_per_column(steps, self.losses, columns))
+        lines[1].set_data(*_per_column(steps, self.smooth, columns))
         lines[2].set_data(self.valid_steps, self.valid_losses)
         held = [v for v in self._finite if v > 0 or not self.log]
         if held:
