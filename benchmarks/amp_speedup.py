@@ -60,8 +60,8 @@ def steps_per_second(learn: Learner, device: torch.device) -> float:
     return (learn.n_steps - steps_before) / elapsed
 
 
-HAND_SIZES = {"GPU-bound, 4 x Linear(8192, 8192), batch 8192": (8192, [8192] * 4, 8192, 20),
-              "host-bound, 64-64-10, batch 64": (64, [64], 64, 1000)}  # n_in, hidden, batch size, steps per round
+HAND_SIZES = {"GPU-bound, 4 x Linear(8192, 8192), batch 8192": (8192, 4, 8192, 20),
+              "host-bound, 64-64-10, batch 64": (64, 1, 64, 1000)}  # width, layers (make_model), batch size, steps
 
 
 def hand_written_loop(kind: str, model: nn.Module, batches, device: torch.device, lr: float) -> float:
@@ -105,12 +105,12 @@ def compare_with_hand_written(device: torch.device, kinds=("fp32", "fp16", "bf16
         print("hand-written rows skipped: they compare CUDA engines and there is no CUDA device here "
               "(torch.cuda.is_available() is False); benchmarks/loop_overhead.py measures the CPU")
         return
-    for size, (n_in, hidden, bs, n_steps) in HAND_SIZES.items():
+    for size, (width, n_layers, bs, n_steps) in HAND_SIZES.items():
         print(f"{size}, {n_steps} steps per round, {rounds} interleaved rounds:")
-        compare_at(device, n_in, hidden, bs, n_steps, kinds, rounds)
+        compare_at(device, width, n_layers, bs, n_steps, kinds, rounds)
 
 
-def compare_at(device: torch.device, n_in: int, hidden: list, bs: int, n_steps: int, kinds, rounds: int) -> None:
+def compare_at(device: torch.device, width: int, n_layers: int, bs: int, n_steps: int, kinds, rounds: int) -> None:
     "One size of `compare_with_hand_written`: a line per kind."
     engines = {"fp32": lambda: DeviceEngine(device), "fp16": lambda: AMPEngine(torch.float16, device=device),
                "bf16": lambda: AMPEngine(torch.bfloat16, device=device)}
@@ -118,13 +118,11 @@ def compare_at(device: torch.device, n_in: int, hidden: list, bs: int, n_steps: 
               "bf16": "AMPEngine(bfloat16) vs autocast"}
     g = torch.Generator().manual_seed(0)
     distinct = min(n_steps, 8)  # a few distinct batches, repeated: the big size's data stays a few GB
-    batches = [(torch.randn(bs, n_in, generator=g).to(device), torch.randint(0, 10, (bs,), generator=g).to(device))
+    batches = [(torch.randn(bs, width, generator=g).to(device), torch.randint(0, 10, (bs,), generator=g).to(device))
                for _ in range(distinct)] * (n_steps // distinct)
     for kind in kinds:
         torch.manual_seed(0)
-        sizes = [n_in, *hidden]
-        layers = [m for a, b in zip(sizes[:-1], sizes[1:]) for m in (nn.Linear(a, b), nn.ReLU())]
-        model = nn.Sequential(*layers, nn.Linear(sizes[-1], 10)).to(device)
+        model = make_model(width, n_layers).to(device)
         learn = Learner(model, DataLoaders(batches, None), lr=1e-3, engine=engines[kind](), progress=False)
         learn.fit(1)  # warm-up of both: kernels chosen, memory allocated
         hand_written_loop(kind, model, batches, device, 1e-3)

@@ -192,20 +192,17 @@ def _checked_call(learn, what: str, fn: Callable, x, preds=_MODEL):
         else:
             out = fn(x) if preds is _MODEL else fn(preds, x)
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
-        raise _call_error(learn, what, e, x if preds is _MODEL else preds) from e
+        given = f"xb {_shape(x)}" if preds is _MODEL else f"preds {_shape(preds)}"
+        message = f"{what} failed on {_where(learn)} ({given}, yb {_shape(learn.yb)}): {e}"
+        try:
+            error = type(e)(message)
+        except Exception:  # an exception type whose constructor takes other arguments
+            error = RuntimeError(message)
+        raise error from e
     if preds is not _MODEL and getattr(out, "ndim", None) != 0:
         raise ValueError(f"loss_func must return a scalar tensor, got {_shape(out)} on {_where(learn)}; "
                          "use a mean (e.g. reduction='mean')")
     return out
-
-def _call_error(learn, what: str, e: Exception, given) -> Exception:
-    "The error of a failed model or loss call: `e`'s message with the batch, the inputs (or predictions) and targets."
-    given = f"xb {_shape(given)}" if what == "the model" else f"preds {_shape(given)}"
-    message = f"{what} failed on {_where(learn)} ({given}, yb {_shape(learn.yb)}): {e}"
-    try:
-        return type(e)(message)
-    except Exception:  # an exception type whose constructor takes other arguments
-        return RuntimeError(message)
 
 def _where(learn) -> str:
     "Which batch of which epoch, for error messages."

@@ -104,9 +104,8 @@ class LossChart(LivePlot):
     def _fill(self, fig: Figure, lines: list, grow: bool) -> None:
         ax = fig.axes[0]
         steps = np.arange(1, len(self.losses) + 1)
-        columns = int(ax.bbox.width)  # pixels: at most two points of each curve are drawn per column
-        lines[0].set_data(*_per_column(steps, self.losses, columns))
-        lines[1].set_data(*_per_column(steps, self.smooth, columns))
+        lines[0].set_data(*_per_column(steps, self.losses, int(ax.bbox.width)))  # at most 2 points a pixel column
+        lines[1].set_data(*_per_column(steps, self.smooth, int(ax.bbox.width)))
         lines[2].set_data(self.valid_steps, self.valid_losses)
         held = [v for v in self._finite if v > 0 or not self.log]
         if held:

@@ -56,14 +56,11 @@ class BatchRecorder(Callback):
 
     def on_step_end(self):
         groups = self.learn.opt.param_groups
-        if len(groups) == 1:  # the common case, read again only when a schedule set new values
-            group = groups[0]
-            lr, mom = group["lr"], group.get("betas", group.get("momentum"))
-            if lr is not self._hyper_of[0] or mom is not self._hyper_of[1]:
-                self._hyper = ((lr,), (group_momentum(group),))
-                self._hyper_of = (lr, mom)
-        else:
+        first = groups[0]  # one group is the common case: its values are read again only when a schedule set new ones
+        of = (first["lr"], first.get("betas", first.get("momentum"))) if len(groups) == 1 else None
+        if of is None or of[0] is not self._hyper_of[0] or of[1] is not self._hyper_of[1]:
             self._hyper = (tuple([g["lr"] for g in groups]), tuple([group_momentum(g) for g in groups]))
+            self._hyper_of = of or (None, None)
 
     def on_step_cancel(self):
         self.on_step_end()
