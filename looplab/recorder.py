@@ -236,10 +236,12 @@ class ProgressCallback(Callback):
     order = 90  # after the Recorder has written the epoch's row
     unique = True
 
-    def __init__(self, file=None, every: int = 200, every_s: float = 30.0, batch_lines: bool | None = None):
+    def __init__(self, file=None, every: int = 200, every_s: float = 30.0, batch_lines: bool | None = None,
+                 min_s: float = 1.0):
         self.file = file  # where to print; None means sys.stdout at the time of printing
         self.every = check_int("every", every, 1)  # a batch line after this many training batches...
         self.every_s = check_number("every_s", every_s, 0)  # ...or this many seconds, whichever comes first
+        self.min_s = check_number("min_s", min_s, 0)  # but `every` batches wait until this many seconds passed
         self.batch_lines = batch_lines  # None: only in a log (`_is_log`)
         self._lines = False
         self._n = 0  # training batches since the last line
@@ -266,7 +268,8 @@ class ProgressCallback(Callback):
         if not self._lines or not self.learn.training:
             return
         self._n += 1
-        if self._n >= self.every or time.perf_counter() - self._last >= self.every_s:
+        elapsed = time.perf_counter() - self._last
+        if (self._n >= self.every and elapsed >= self.min_s) or elapsed >= self.every_s:
             self._batch_line()
 
     def _batch_line(self) -> None:

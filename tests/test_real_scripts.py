@@ -143,7 +143,7 @@ def test_progress_lines_in_a_log_every_n_batches_or_t_seconds():
     dls = DataLoaders.from_tensors(*load_digits(), bs=64)
     n = len(dls.train)
     log = io.StringIO()
-    learn = Learner(mlp(), dls, progress=ProgressCallback(file=log, every=7))
+    learn = Learner(mlp(), dls, progress=ProgressCallback(file=log, every=7, min_s=0))
     learn.fit(2)
     lines = [line for line in log.getvalue().splitlines() if line.startswith("epoch ")]
     assert [line.split()[3] for line in lines] == 2 * [f"{b}/{n}" for b in range(7, n + 1, 7)]
@@ -152,14 +152,33 @@ def test_progress_lines_in_a_log_every_n_batches_or_t_seconds():
     Learner(mlp(), dls, progress=ProgressCallback(file=by_time, every=10**6, every_s=0.0)).fit(1)
     assert sum(line.startswith("epoch ") for line in by_time.getvalue().splitlines()) == n  # the clock: every batch
     forced = io.StringIO()
-    Learner(mlp(), dls, progress=ProgressCallback(file=forced, every=7, batch_lines=False)).fit(1)
+    Learner(mlp(), dls, progress=ProgressCallback(file=forced, every=7, batch_lines=False, min_s=0)).fit(1)
     assert len(forced.getvalue().splitlines()) == 2  # header and the epoch's row
+
+
+def test_progress_lines_of_a_fast_loop_wait_min_s_seconds():
+    "every=1 on batches of a millisecond would write hundreds of lines a second: min_s holds them back."
+    dls = DataLoaders.from_tensors(*load_digits(), bs=64)
+    held = io.StringIO()
+    Learner(mlp(), dls, progress=ProgressCallback(file=held, every=1, min_s=3600)).fit(2)
+    assert [line.split()[0] for line in held.getvalue().splitlines()] == ["epoch", "1/2", "2/2"]  # header, rows
+    paced = io.StringIO()
+    small = DataLoaders.from_tensors(*load_digits(), bs=8)  # about 180 batches of well under a millisecond
+    Learner(mlp(), small, progress=ProgressCallback(file=paced, every=1, min_s=0.02)).fit(1)
+    batch_lines = [line for line in paced.getvalue().splitlines() if line.startswith("epoch ")]
+    batches = [int(line.split()[3].split("/")[0]) for line in batch_lines]
+    ms = [float(line.split()[-2]) for line in batch_lines]
+    assert 0 < len(batch_lines) < len(small.train)
+    gaps = [b - a for a, b in zip([0, *batches], batches)]  # batches each line covers: together at least min_s
+    assert all(n * (m + 0.005) >= 20.0 for n, m in zip(gaps, ms))  # ms/batch is printed rounded to 0.01
+    with pytest.raises(ValueError, match="min_s"):
+        ProgressCallback(min_s=-1)
 
 
 def test_progress_lines_report_the_lr_each_step_used():
     dls = DataLoaders.from_tensors(*load_digits(), bs=64)
     log = io.StringIO()
-    learn = Learner(mlp(), dls, lr=0.3, progress=ProgressCallback(file=log, every=5))
+    learn = Learner(mlp(), dls, lr=0.3, progress=ProgressCallback(file=log, every=5, min_s=0))
     fit_one_cycle(learn, 1)
     lrs = [float(line.split()[5]) for line in log.getvalue().splitlines() if line.startswith("epoch ")]
     assert lrs == pytest.approx([learn.recorder.lrs[i] for i in range(4, len(dls.train), 5)], rel=1e-3)
