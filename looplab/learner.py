@@ -5,7 +5,6 @@
 # %% ../nbs/04_learner.ipynb #c08e167f
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from itertools import islice
 from typing import Callable
@@ -16,8 +15,9 @@ from torch import nn
 from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException)
-from .data import _shape, default_split_batch, set_seed
-from .engine import AMPEngine, DeviceEngine, Engine, move_optimizer_state
+from .data import default_split_batch, set_seed
+from .engine import AMPEngine, DeviceEngine, move_optimizer_state
+from .errors import _as_engine, _check_learner_args, _checked_backward, _checked_call, _checked_lr
 from .metrics import as_reducers
 from .recorder import ProgressCallback, Recorder
 
@@ -32,14 +32,6 @@ def _as_list(cbs) -> list:
     if isinstance(cbs, (list, tuple)):
         return list(cbs)
     return [cbs]
-
-def _checked_lr(lr) -> float:
-    "`lr` if it is a finite number > 0; a TypeError or ValueError naming it otherwise."
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
-        raise TypeError(f"lr must be a number, got {lr!r} of type {type(lr).__name__}")
-    if not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    return lr
 
 def _length(dl) -> int | None:
     "`len(dl)`, or None for a loader without a length (an iterable dataset, a generator)."
@@ -99,31 +91,6 @@ class LearnerBase:
         "Detach callbacks."
         self.cbh.remove(*cbs)
 
-# %% ../nbs/04_learner.ipynb #52b9ed8f
-def _as_engine(engine):
-    "`engine` if it is an Engine, the default DeviceEngine for None; a TypeError otherwise."
-    if engine is None:
-        return DeviceEngine()
-    if isinstance(engine, type) and issubclass(engine, Engine):
-        raise TypeError(f"engine must be an engine instance, got the class {engine.__name__}: "
-                        f"pass {engine.__name__}() instead")
-    if not isinstance(engine, Engine):
-        raise TypeError(f"engine must be a looplab.engine.Engine (DeviceEngine(), AMPEngine(torch.bfloat16), "
-                        f"or a DDP engine of notebook 13), got {engine!r} of type {type(engine).__name__}")
-    return engine
-
-def _check_learner_args(model, dls, progress, **functions) -> None:
-    "A TypeError naming the first of the Learner's arguments that is not what it must be."
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not hasattr(dls, "train"):
-        raise TypeError(f"dls must have .train and .valid loaders (a looplab.data.DataLoaders), got {type(dls).__name__}")
-    if not isinstance(progress, (bool, ProgressCallback)):
-        raise TypeError(f"progress must be True, False (train in silence) or a ProgressCallback, got {progress!r}")
-    for name, fn in functions.items():
-        if not callable(fn):
-            raise TypeError(f"{name} must be callable, got {fn!r} of type {type(fn).__name__}")
-
 # %% ../nbs/04_learner.ipynb #c6b6dd5a
 class LearnerSetup(LearnerBase):
     "The Learner's state, plus what `fit` prepares: optimizers, precision, the training order, a check of the data."
@@ -179,55 +146,6 @@ class LearnerSetup(LearnerBase):
             raise ValueError("the training dataloader dls.train is empty (0 batches): check the dataset's length "
                              "and that batch_size is not larger than the dataset with drop_last=True")
 
-# %% ../nbs/04_learner.ipynb #b954d9a6
-_MODEL = object()  # `_checked_call`'s default `preds`: the call is the model's, which takes no predictions
-
-def _checked_call(learn, what: str, fn: Callable, x, preds=_MODEL):
-    "`fn(x)` for the model, `fn(preds, x)` for the loss, `x` spread if a tuple or dict; an error names the batch and shapes."
-    try:
-        if type(x) is tuple:  # several positional inputs (or targets)
-            out = fn(*x) if preds is _MODEL else fn(preds, *x)
-        elif isinstance(x, dict):
-            out = fn(**x) if preds is _MODEL else fn(preds, **x)
-        else:
-            out = fn(x) if preds is _MODEL else fn(preds, x)
-    except (RuntimeError, ValueError, TypeError, IndexError) as e:
-        given = f"xb {_shape(x)}" if preds is _MODEL else f"preds {_shape(preds)}"
-        message = f"{what} failed on {_where(learn)} ({given}, yb {_shape(learn.yb)}): {e}"
-        try:
-            error = type(e)(message)
-        except Exception:  # an exception type whose constructor takes other arguments
-            error = RuntimeError(message)
-        raise error from e
-    if preds is not _MODEL and getattr(out, "ndim", None) != 0:
-        raise ValueError(f"loss_func must return a scalar tensor, got {_shape(out)} on {_where(learn)}; "
-                         "use a mean (e.g. reduction='mean')")
-    return out
-
-def _where(learn) -> str:
-    "Which batch of which epoch, for error messages."
-    return f"{'training' if learn.training else 'validation'} batch {learn.iter} of epoch {learn.epoch}"
-
-# %% ../nbs/04_learner.ipynb #43d9fa03
-_BACKWARD_CAUSES = {  # a fragment of torch's message: its usual cause in a training loop, and the fix
-    "backward through the graph a second time": "a graph reused across batches: a tensor carried from one batch "
-        "to the next (an RNN's hidden state, a running statistic, a cached output) still holds the graph of the "
-        "previous batch; detach the carried state where each batch starts (h = h.detach())",
-    "does not require grad and does not have a grad_fn": "the loss depends on no trainable parameter: the "
-        "predictions were detached (.detach(), .item(), .numpy(), torch.no_grad()) or every parameter is frozen",
-    "modified by an inplace operation": "a tensor that backward needs was changed in place after the forward "
-        "pass (x += ..., x[...] = ..., an in-place activation); use the out-of-place version",
-}
-
-def _backward_error(learn, e: Exception) -> Exception:
-    "The error of a failed backward, naming the batch and, for a known message, its usual cause."
-    cause = next((c for fragment, c in _BACKWARD_CAUSES.items() if fragment in str(e)), None)
-    message = f"backward failed on {_where(learn)}: {e}" + (f"\nThe usual cause: {cause}." if cause else "")
-    try:
-        return type(e)(message)
-    except Exception:  # an exception type whose constructor takes other arguments
-        return RuntimeError(message)
-
 # %% ../nbs/04_learner.ipynb #924453ea
 class BatchLoop(LearnerSetup):
     "The Learner's state, plus one batch: forward, loss, backward, step, zero_grad, with their events."
@@ -257,10 +175,7 @@ class BatchLoop(LearnerSetup):
     def _backward(self) -> None:
         try:
             self.cbh("on_backward_begin")
-            try:
-                self.engine.backward_loss(self.loss_grad, self.model, self.opt, self.sync_grads)
-            except RuntimeError as e:
-                raise _backward_error(self, e) from e
+            _checked_backward(self, self.engine.backward_loss, self.loss_grad, self.model, self.opt, self.sync_grads)
             self.cbh("on_backward_end")
         except CancelException as cancel:
             self.cbh("on_backward_cancel")
@@ -321,10 +236,7 @@ class FastBatchLoop(BatchLoop):
     def _backward(self) -> None:
         if not self._fast:  # decided by this batch's `_forward`
             return super()._backward()
-        try:
-            self.loss_grad.backward()
-        except RuntimeError as e:
-            raise _backward_error(self, e) from e
+        _checked_backward(self, self.loss_grad.backward)
 
     def _zero_grad(self) -> None:
         if not self._fast:

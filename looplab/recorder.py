@@ -230,6 +230,13 @@ def _is_log(out) -> bool:
         return False
     return not (hasattr(out, "isatty") and out.isatty())
 
+def _epoch_row(row: dict, columns: list[str], n_epochs: int) -> str:
+    "One epoch's row of the table: the epoch of `n_epochs`, the values of `columns` between those two, the time."
+    cells = [f"{row['epoch'] + 1:>5}/{n_epochs:<6}"]
+    cells += [f"{row[c]:>12.4f}" for c in columns[1:-1]]
+    cells.append(f"{row['time']:>11.2f}s")
+    return "  ".join(cells)
+
 # %% ../nbs/03b_recorder.ipynb #6b8ce158
 class ProgressCallback(Callback):
     "A header, one row per epoch, and in a log (no terminal) a line every `every` batches or `every_s` seconds."
@@ -286,9 +293,4 @@ class ProgressCallback(Callback):
         self._last = now
 
     def on_epoch_end(self):
-        row = self.learn.recorder.values[-1]
-        cells = [f"{row['epoch'] + 1:>5}/{self.learn.n_epochs:<6}"]
-        for c in self.columns[1:-1]:
-            cells.append(f"{row[c]:>12.4f}")
-        cells.append(f"{row['time']:>11.2f}s")
-        self._print("  ".join(cells))
+        self._print(_epoch_row(self.learn.recorder.values[-1], self.columns, self.learn.n_epochs))
