@@ -96,7 +96,7 @@ def bare_one_cycle_loop(model, batches, lr, autocast=contextlib.nullcontext):
 
 
 def bare_recording_loop(model, batches, lr, autocast=contextlib.nullcontext, kept=None):
-    "The five lines, plus by hand the work of the default callbacks: each batch's loss, batch size and LR kept, the epoch's row printed."
+    "The five lines, plus by hand the default callbacks' work: each batch's loss, size and LR kept; the epoch row."
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loss_func = nn.functional.cross_entropy
     losses, sizes, hypers = [], [], []
