@@ -30,7 +30,7 @@ def load_digits(flatten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
 # %% ../nbs/01_bare_loop.ipynb #bc7d2210
 def shuffled_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     "The permutation of `range(n)` for (seed, epoch): nearby seeds and epochs give unrelated orders."
-    key = int(np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0] >> 1)
+    key = int(np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0]) >> 1
     return torch.randperm(n, generator=torch.Generator().manual_seed(key))
 
 # %% ../nbs/01_bare_loop.ipynb #9b07688b
