@@ -20,10 +20,23 @@ from .learner import Learner
 from .widgets import FigurePlot
 
 # %% auto #0
-__all__ = ['LOGIT_LOSSES', 'GAN_PRESETS', 'GANModule', 'nonsaturating_gen_loss', 'bce_crit_loss', 'wgan_gen_loss',
+__all__ = ['LOGIT_LOSSES', 'GAN_PRESETS', 'ring_scatter', 'GANModule', 'nonsaturating_gen_loss', 'bce_crit_loss', 'wgan_gen_loss',
            'wgan_crit_loss', 'GANLoss', 'gan_opts', 'clamp_weights', 'gan_split_batch', 'check_noise_size', 'GANFeeder',
-           'GANTrainer', 'FixedGANSwitcher', 'AdaptiveGANSwitcher', 'gan_learner', 'ring_scatter', 'draw_gan_panels',
-           'GANPanels']
+           'GANTrainer', 'FixedGANSwitcher', 'AdaptiveGANSwitcher', 'gan_learner', 'draw_gan_panels', 'GANPanels']
+
+# %% ../nbs/10_gan.ipynb #b19f4595
+def ring_scatter(real: torch.Tensor) -> Callable:
+    "A `show_samples` for 2-D data: the generated points in red over the `real` ones in grey."
+    def show(ax, fakes: torch.Tensor) -> None:
+        ax.scatter(real[:, 0], real[:, 1], s=2, c="0.7", label="real")
+        ax.scatter(fakes[:, 0], fakes[:, 1], s=4, c="C3", label="generated")
+        lim = float(real.abs().max()) * 1.4
+        ax.set_xlim(-lim, lim)
+        ax.set_ylim(-lim, lim)
+        ax.set_xlabel("x")
+        ax.set_ylabel("y")
+        ax.legend(loc="upper right", fontsize=7)
+    return show
 
 # %% ../nbs/10_gan.ipynb #818a26a3
 class GANModule(nn.Module):
@@ -398,20 +411,6 @@ def gan_learner(generator: nn.Module, critic: nn.Module, dls, preset: str = "sta
     learn.opts = gan_opts(model, opt_func, learn.lr)  # named before fit, so that a checkpoint can be loaded first
     learn.opt = learn.opts["critic" if trainer_cls.alternates else "generator"]
     return learn
-
-# %% ../nbs/10_gan.ipynb #b19f4595
-def ring_scatter(real: torch.Tensor) -> Callable:
-    "A `show_samples` for 2-D data: the generated points in red over the `real` ones in grey."
-    def show(ax, fakes: torch.Tensor) -> None:
-        ax.scatter(real[:, 0], real[:, 1], s=2, c="0.7", label="real")
-        ax.scatter(fakes[:, 0], fakes[:, 1], s=4, c="C3", label="generated")
-        lim = float(real.abs().max()) * 1.4
-        ax.set_xlim(-lim, lim)
-        ax.set_ylim(-lim, lim)
-        ax.set_xlabel("x")
-        ax.set_ylabel("y")
-        ax.legend(loc="upper right", fontsize=7)
-    return show
 
 # %% ../nbs/10_gan.ipynb #cae79c85
 def draw_gan_panels(fig: Figure, trainer: GANTrainer, fakes: torch.Tensor, show_samples: Callable, n_iter: int) -> None:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['MetricReducer', 'MeanReducer', 'FunctionReducer', 'wrap_reducer', 'accuracy', 'Accuracy', 'Perplexity', 'as_reducers']
+__all__ = ['MetricReducer', 'Accuracy', 'MeanReducer', 'FunctionReducer', 'wrap_reducer', 'accuracy', 'Perplexity', 'as_reducers']
 
 # %% ../nbs/03_metrics.ipynb #4f8e86bb
 class MetricReducer:
@@ -38,6 +38,38 @@ class MetricReducer:
     def value(self) -> float:
         "The metric over what this process saw (a single slot)."
         return self.cross_slot_reduce([self.per_slot_reduce()])
+
+# %% ../nbs/03_metrics.ipynb #19adde16
+class Accuracy(MetricReducer):
+    "Exact classification accuracy: correct arg-max predictions counted over every batch and every slot."
+    name = "accuracy"
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.correct = torch.zeros((), dtype=torch.long)
+        self.count = 0
+
+    def update(self, preds: torch.Tensor, yb: torch.Tensor) -> None:
+        if preds.shape[:-1] != yb.shape:
+            raise ValueError(f"accuracy: preds of shape {tuple(preds.shape)} do not match targets of shape "
+                             f"{tuple(yb.shape)}; expected preds (batch, n_classes) and targets (batch,)")
+        hits = (preds.argmax(dim=-1) == yb).sum()
+        if self.correct.device != hits.device:
+            self.correct = self.correct.to(hits.device)
+        self.correct = self.correct + hits
+        self.count += yb.numel()
+
+    def per_slot_reduce(self) -> list:
+        return [int(self.correct), int(self.count)]
+
+    def cross_slot_reduce(self, per_slot: Sequence) -> float:
+        correct = sum(s[0] for s in per_slot)
+        count = sum(s[1] for s in per_slot)
+        if count == 0:
+            raise ValueError("accuracy: no items were seen in any slot, so there is no accuracy to report")
+        return correct / count
 
 # %% ../nbs/03_metrics.ipynb #36b430db
 class MeanReducer(MetricReducer):
@@ -95,38 +127,6 @@ def wrap_reducer(fn: Callable, name: str | None = None) -> FunctionReducer:
 def accuracy(preds: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
     "Fraction of rows of `preds` whose arg-max is the target class in `yb`."
     return (preds.argmax(dim=-1) == yb).float().mean()
-
-# %% ../nbs/03_metrics.ipynb #19adde16
-class Accuracy(MetricReducer):
-    "Exact classification accuracy: correct arg-max predictions counted over every batch and every slot."
-    name = "accuracy"
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self) -> None:
-        self.correct = torch.zeros((), dtype=torch.long)
-        self.count = 0
-
-    def update(self, preds: torch.Tensor, yb: torch.Tensor) -> None:
-        if preds.shape[:-1] != yb.shape:
-            raise ValueError(f"accuracy: preds of shape {tuple(preds.shape)} do not match targets of shape "
-                             f"{tuple(yb.shape)}; expected preds (batch, n_classes) and targets (batch,)")
-        hits = (preds.argmax(dim=-1) == yb).sum()
-        if self.correct.device != hits.device:
-            self.correct = self.correct.to(hits.device)
-        self.correct = self.correct + hits
-        self.count += yb.numel()
-
-    def per_slot_reduce(self) -> list:
-        return [int(self.correct), int(self.count)]
-
-    def cross_slot_reduce(self, per_slot: Sequence) -> float:
-        correct = sum(s[0] for s in per_slot)
-        count = sum(s[1] for s in per_slot)
-        if count == 0:
-            raise ValueError("accuracy: no items were seen in any slot, so there is no accuracy to report")
-        return correct / count
 
 # %% ../nbs/03_metrics.ipynb #e8228731
 class Perplexity(MeanReducer):

@@ -13,7 +13,7 @@ from torch import nn
 from .checks import check_number
 
 # %% auto #0
-__all__ = ['NORM_TYPES', 'PerParameterOptimizer', 'AdamW', 'SGD', 'param_groups']
+__all__ = ['NORM_TYPES', 'PerParameterOptimizer', 'AdamW', 'param_groups', 'SGD']
 
 # %% ../nbs/07_optimizers.ipynb #40964c31
 def _check_hypers(lr, betas=None, eps=None, weight_decay=0.0, momentum=None) -> None:
@@ -82,6 +82,25 @@ class AdamW(PerParameterOptimizer):
         denom = (state["exp_avg_sq"].sqrt() / math.sqrt(bias2)).add_(group["eps"])
         p.addcdiv_(state["exp_avg"], denom, value=-lr / bias1)  # line 12: η_t α m̂ / (√v̂ + ε)
 
+# %% ../nbs/07_optimizers.ipynb #e2eba583
+NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
+
+def param_groups(model: nn.Module, weight_decay: float, no_decay_bias_norm: bool = True,
+                 lr: float | None = None) -> list[dict]:
+    "Two parameter groups: decayed by `weight_decay`; biases and normalisation weights, not (if `no_decay_bias_norm`)."
+    _check_hypers(0.0 if lr is None else lr, weight_decay=weight_decay)
+    decay = []
+    no_decay = []
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            skip = no_decay_bias_norm and (name == "bias" or isinstance(module, NORM_TYPES))
+            (no_decay if skip else decay).append(p)
+    extra = {} if lr is None else {"lr": lr}
+    groups = [{"params": decay, "weight_decay": weight_decay, **extra}]
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0, **extra})
+    return groups
+
 # %% ../nbs/07_optimizers.ipynb #8fbc5adb
 class SGD(PerParameterOptimizer):
     "SGD with momentum; weight decay as L2 (through the gradient, as torch's SGD) or decoupled (`decouple_wd`)."
@@ -107,22 +126,3 @@ class SGD(PerParameterOptimizer):
         if wd and group["decouple_wd"]:
             p.mul_(1 - lr * wd)
         p.add_(grad, alpha=-lr)
-
-# %% ../nbs/07_optimizers.ipynb #e2eba583
-NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
-
-def param_groups(model: nn.Module, weight_decay: float, no_decay_bias_norm: bool = True,
-                 lr: float | None = None) -> list[dict]:
-    "Two parameter groups: decayed by `weight_decay`; biases and normalisation weights, not (if `no_decay_bias_norm`)."
-    _check_hypers(0.0 if lr is None else lr, weight_decay=weight_decay)
-    decay = []
-    no_decay = []
-    for module in model.modules():
-        for name, p in module.named_parameters(recurse=False):
-            skip = no_decay_bias_norm and (name == "bias" or isinstance(module, NORM_TYPES))
-            (no_decay if skip else decay).append(p)
-    extra = {} if lr is None else {"lr": lr}
-    groups = [{"params": decay, "weight_decay": weight_decay, **extra}]
-    if no_decay:
-        groups.append({"params": no_decay, "weight_decay": 0.0, **extra})
-    return groups

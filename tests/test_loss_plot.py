@@ -233,7 +233,7 @@ def test_a_failing_display_warns_once_and_training_goes_on(notebook_like, capsys
     breaker = Every(lambda cb: setattr(plot.live, "handle", GoneHandle()) if cb.n == 2 else None)
     with pytest.warns(LivePlotWarning, match="the frontend went away") as record:
         learn.fit(2, cbs=[plot, breaker])
-    assert len(record) == 1
+    assert len([w for w in record if issubclass(w.category, LivePlotWarning)]) == 1  # others are the libraries'
     assert breaker.n == 32 and len(plot.losses) == 32
     assert plot.plot().axes[0].lines[0].get_xdata().size == 32  # the data are all there
 

@@ -1,17 +1,22 @@
 """The tour as a student reads it: every "Try it" is an experiment whose committed output is a picture or a table
-and which no assert can stop; every "First read: skip." signpost is worded the same way; every pointer to
-"notebook NN" names a notebook that exists; every notebook's map row is in the README."""
+and which no assert can stop; every notebook has one door (`## Second read`) before which its first read ends,
+and the route of first reads stays about two hours long and shows a picture at every stop; the prose speaks of
+the kit as it is; every pointer to "notebook NN" names a notebook that exists; every notebook's map row is in the
+README."""
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from sizes import DOOR, ROUTE_CODE_LINES, ROUTE_WORDS, is_door, route  # noqa: E402
+
 TOUR = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if p.stem != "index")
 STEMS = {p.stem for p in TOUR}
 PREFIXES = {stem.split("_")[0] for stem in STEMS}  # "01", "04b", "11c", ...
-SIGNPOST = "**First read: skip.**"
 
 
 def cells(path: Path) -> list[dict]:
@@ -62,13 +67,47 @@ def test_a_try_it_is_an_experiment_without_asserts_that_shows_a_result(path):
 
 
 @pytest.mark.parametrize("path", TOUR, ids=lambda p: p.stem)
-def test_signposts_are_worded_the_same_way(path):
+def test_one_door_per_notebook(path):
+    "The first read ends at one marked door; the old per-cell skip signposts are gone (the door replaces them)."
+    doors = [source(c).splitlines()[0] for c in cells(path) if is_door(c)]
+    assert len(doors) == 1, f"{path.name}: {len(doors)} doors {doors}; a notebook has exactly one '{DOOR}: ...' cell"
     for cell in cells(path):
-        text = source(cell)
-        for match in re.finditer(r"first read\s*:", text, re.I):  # a signpost, however it is written
-            written = text[max(match.start() - 2, 0):match.start() - 2 + len(SIGNPOST)]
-            assert cell["cell_type"] == "markdown" and written == SIGNPOST, \
-                f"{path.name}: a signpost reads {written!r}; write it {SIGNPOST!r}"
+        assert not re.search(r"first read\s*:\s*skip", source(cell), re.I), \
+            f"{path.name}: a 'First read: skip.' signpost; move what it marks behind the door:\n{source(cell)[:200]}"
+
+
+ROUTE = route()
+
+
+def test_the_first_read_is_about_two_hours():
+    on_route = [cs for _, cs in ROUTE if cs is not None]
+    n_words = sum(len(source(c).split()) for cs in on_route for c in cs if c["cell_type"] == "markdown")
+    n_code = sum(len(source(c).splitlines()) for cs in on_route for c in cs if c["cell_type"] == "code")
+    assert n_words <= ROUTE_WORDS and n_code <= ROUTE_CODE_LINES, \
+        f"the first read is {n_words} words and {n_code} code lines (at most {ROUTE_WORDS} and {ROUTE_CODE_LINES}): " \
+        "python tools/sizes.py --first-read shows where"
+
+
+@pytest.mark.parametrize("name, first", [r for r in ROUTE if r[1] is not None], ids=lambda v: v if isinstance(v, str) else "")
+def test_every_stop_of_the_route_shows_its_picture(name, first):
+    pictures = [o for c in first if c["cell_type"] == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert pictures, f"{name}: no picture before the door; a first reader sees each idea at work"
+
+
+HISTORY = re.compile(r"\b[Ii]ssue #?\d+|version before this one|used to (crash|fail)|as this notebook first did"
+                     r"|\bthis session\b")
+
+
+@pytest.mark.parametrize("path", [*TOUR, ROOT / "nbs" / "index.ipynb"], ids=lambda p: p.stem)
+def test_the_prose_speaks_of_the_kit_as_it_is(path):
+    for cell in cells(path):
+        found = HISTORY.search(source(cell))
+        assert not found, f"{path.name}: {found.group(0)!r} is the project's history, not the kit a student reads"
+
+
+def test_the_route_starts_at_the_bare_loop():
+    first = next(name for name, cs in ROUTE if cs is not None)
+    assert first.startswith("01_"), f"the route starts at {first}; 00_checks is a reference, a second read"
 
 
 @pytest.mark.parametrize("path", [*TOUR, ROOT / "nbs" / "index.ipynb"], ids=lambda p: p.stem)

@@ -187,6 +187,12 @@ def html_page(title: str, body: str, root: str) -> str:
 
 # --- the book -------------------------------------------------------------------------------------------------
 
+def reading_order(stems: list[str]) -> list[str]:
+    "The notebooks in the order the book's previous/next links take: the tour from 01 on, then the references (00)."
+    tour = sorted(s for s in stems if not s.startswith("00_"))
+    return tour + sorted(s for s in stems if s.startswith("00_"))
+
+
 def build(out: Path) -> list[Path]:
     "Write the book into `out` (emptied first); return the pages written."
     nbs = sorted(p for p in (ROOT / settings()["nbs_path"]).glob("*.ipynb") if not p.name.startswith(("_", ".")))
@@ -202,7 +208,7 @@ def build(out: Path) -> list[Path]:
     titles = {stem: title_of(nb, stem) for stem, nb in notebooks.items()}
     modules = {stem: module_of(nb) for stem, nb in notebooks.items()}
     stems, module_names = set(notebooks), {m for m in modules.values() if m}
-    order = ["index"] + [p.stem for p in chapters]
+    order = ["index"] + reading_order([p.stem for p in chapters])
     exp = exporter()
     written = []
     for i, stem in enumerate(order):
