@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: the package equals what the notebooks export, every notebook runs (nbdev_test), the committed
-# outputs are what a fresh run shows, pytest.
+# outputs are what a fresh run shows, pytest; then the floor run (tools/test_floors.sh): the unit tests and the
+# README's quick start at the oldest versions settings.ini declares. FLOORS=0 leaves the floor run out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -24,13 +25,13 @@ unchanged_by() {
   fi
 }
 
-echo "== 1/4 the package is what the notebooks export, and the notebooks are clean"
+echo "== 1/5 the package is what the notebooks export, and the notebooks are clean"
 unchanged_by "looplab/ was not what nbs/ exports: nbdev_export has rewritten it. Commit the exported package." \
   nbdev_export looplab/*.py
 unchanged_by "nbs/ had notebooks that were not clean: nbdev_clean has cleaned them. Commit them (or run nbdev_install_hooks)." \
   nbdev_clean nbs/*.ipynb
 
-echo "== 2/4 nbdev_test on every notebook"
+echo "== 2/5 nbdev_test on every notebook"
 mapfile -t nbs < <(ls "$root"/nbs/*.ipynb)
 if [ "${#nbs[@]}" -eq 0 ]; then echo "no notebooks found in $root/nbs" >&2; exit 1; fi
 log=$(mktemp)
@@ -42,8 +43,13 @@ if [ "$started" -ne "${#nbs[@]}" ]; then
 fi
 rm -f "$log"
 
-echo "== 3/4 the committed outputs are what a fresh run shows (each notebook executed as in JupyterLab)"
+echo "== 3/5 the committed outputs are what a fresh run shows (each notebook executed as in JupyterLab)"
 python tools/run_tour.py --check --jobs 2
 
-echo "== 4/4 pytest (a line per test file as it finishes; the reason for each skip at the end)"
+echo "== 4/5 pytest (a line per test file as it finishes; the reason for each skip at the end)"
 python -m pytest tests -rs "$@"
+
+if [ "${FLOORS:-1}" != "0" ]; then
+  echo "== 5/5 the floor run: the unit tests and the quick start at the declared floors (.venv-floor)"
+  bash tools/test_floors.sh
+fi

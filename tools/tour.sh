@@ -13,4 +13,5 @@ if [ "${1:-}" = "--headless" ]; then
 fi
 extra=()
 if [ "$(id -u)" = "0" ]; then extra+=(--allow-root); fi
-exec jupyter lab "${extra[@]}" --notebook-dir="$root/nbs" "$@"
+# the tour starts where the route does: 01_bare_loop (00_checks is a reference, linked where a check is first used)
+exec jupyter lab "${extra[@]}" --notebook-dir="$root/nbs" --LabApp.default_url=/lab/tree/01_bare_loop.ipynb "$@"

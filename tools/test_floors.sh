@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The floor run: looplab at the oldest versions settings.ini declares — Python, torch, numpy, matplotlib and ipywidgets,
+# every floor at once — in a virtual environment of its own (.venv-floor): the unit tests (pytest, without the
+# browser tests and the whole tour, which need the development tools) and the README's quick start.
+# FLOOR_PYTHON names the interpreter to use; by default the first of python3.X (X from min_python) and pyenv's
+# versions of it that runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${FLOOR_VENV:-.venv-floor}
+host_python=$(command -v python3)
+min_python=$("$host_python" tools/floors.py python)
+read -r -a pins <<< "$("$host_python" tools/floors.py pins)"
+
+is_min_python() { "$1" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$min_python'.split('.'))))" 2>/dev/null; }
+find_python() {
+  local candidates=("${FLOOR_PYTHON:-}" "python$min_python")
+  if command -v pyenv >/dev/null; then
+    candidates+=("$(pyenv root)"/versions/"$min_python".*/bin/python"$min_python")
+  fi
+  for candidate in "${candidates[@]}"; do
+    if [ -n "$candidate" ] && is_min_python "$candidate"; then echo "$candidate"; return 0; fi
+  done
+  echo "the floor run needs Python $min_python (settings.ini's min_python) and found none: install it" \
+       "(e.g. pyenv install $min_python) or set FLOOR_PYTHON to its interpreter" >&2
+  return 1
+}
+
+stamp="$VENV/.looplab-floors"
+if ! [ -f "$stamp" ] || ! [ "$stamp" -nt settings.ini ] || ! [ "$stamp" -nt setup.py ]; then
+  rm -rf "$VENV"
+  "$(find_python)" -m venv "$VENV"
+  echo "installing the floors into $VENV: ${pins[*]}"
+  # the test tools as settings.ini pins them, and what tests/test_wheel.py builds with (no build isolation there)
+  read -r -a tools <<< "$("$host_python" tools/floors.py dev pytest hypothesis nbformat execnb fastcore)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${pins[@]}" "${tools[@]}" setuptools wheel
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
+  touch "$stamp"
+fi
+# what is installed is what was asked for: a pin that pip resolved otherwise would make this run prove nothing
+"$VENV/bin/python" - "${pins[@]}" <<'PY'
+import sys
+from importlib.metadata import version
+wrong = [f"{p} (installed {version(p.split('==')[0])})" for p in sys.argv[1:]
+         if version(p.split("==")[0]).split("+")[0] != p.split("==")[1]]
+print(f"Python {sys.version.split()[0]};", ", ".join(f"{p.split('==')[0]} {version(p.split('==')[0])}" for p in sys.argv[1:]))
+sys.exit(f"not at the floor: {wrong}" if wrong else 0)
+PY
+
+echo "-- the README's quick start"
+snippet=$(mktemp --suffix=.py)
+"$host_python" tools/floors.py snippet > "$snippet"
+venv_python="$(cd "$VENV" && pwd)/bin/python"
+(cd "$(dirname "$snippet")" && MPLBACKEND=Agg "$venv_python" "$snippet")
+rm -f "$snippet"
+
+echo "-- the unit tests"
+MPLBACKEND=Agg "$VENV/bin/python" -m pytest tests -q -m "not browser" -p no:cacheprovider \
+  --ignore=tests/test_tour_outputs.py --ignore=tests/test_book.py --ignore=tests/test_browser.py "$@"
