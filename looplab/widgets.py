@@ -5,6 +5,7 @@
 # %% ../nbs/05_live_plots.ipynb #fcfbc6f5
 from __future__ import annotations
 
+import html
 import io
 import math
 import os
@@ -41,33 +42,47 @@ def _shell():
         return None
     return ipython.get_ipython()
 
+# %% ../nbs/05_live_plots.ipynb #b7d40f19
+if in_notebook():
+    import ipywidgets  # noqa: F401 (a one-time cost, paid here rather than in the first fit)
+
 # %% ../nbs/05_live_plots.ipynb #4a2b5ce2
 class Throttle:
-    "Says when periodic work is due: at most every `every_ms` milliseconds, and at most `max_overhead` of the time."
-    def __init__(self, every_ms: float = 250, max_overhead: float = 0.05, clock: Callable[[], float] = time.perf_counter):
+    "Says when periodic work is due: about every `every_ms` milliseconds, within `max_overhead` of the time since `start()`."
+    def __init__(self, every_ms: float = 250, max_overhead: float = 0.1, clock: Callable[[], float] = time.perf_counter):
         self.every_ms = check_number("every_ms", every_ms, low=0, low_open=True)
         self.max_overhead = check_number("max_overhead", max_overhead, low=0, high=1, low_open=True)
         self.clock = clock  # seconds, monotonic
         self.next = -math.inf  # clock time from which the work is due
+        self.began: float | None = None  # when the budget started: `start()`, else the first work's beginning
+        self.n_done = 0  # pieces of work done since then
+        self.spent = 0.0  # seconds of work charged to the budget: all but the first piece
 
-    def start(self, expected_cost: float = 0.0) -> None:
-        "Make the work due one interval from now, or once `max_overhead` of the time pays for `expected_cost` seconds."
-        self.next = self.clock() + max(self.every_ms / 1000, expected_cost / self.max_overhead)
+    def start(self) -> None:
+        "Begin a run: the budget is empty, and the first work is due one interval from now."
+        self.began = self.clock()
+        self.n_done = 0
+        self.spent = 0.0
+        self.next = self.began + self.every_ms / 1000
 
     def due(self) -> bool:
         "Whether the work is due now: one clock read, cheap enough for every batch."
         return self.clock() >= self.next
 
     def done(self, started: float) -> None:
-        "Record that the work, begun at clock time `started`, is finished; schedule the next time."
+        "Record that the work, begun at clock time `started`, is finished; the first piece is free (a one-time cost)."
         now = self.clock()
-        self.next = now + max(self.every_ms / 1000, (now - started) / self.max_overhead)
+        if self.began is None:
+            self.began = started
+        if self.n_done > 0:
+            self.spent += now - started
+        self.n_done += 1
+        paid = self.began + self.spent / self.max_overhead  # when max_overhead of the time pays for what was spent
+        self.next = max(now + self.every_ms / 1000, paid)
 
 # %% ../nbs/05_live_plots.ipynb #99c24844
 class BlitFigure:
     "A matplotlib figure rendered off-screen to PNG; between changes of layout only its animated artists are redrawn."
-    full_draw_seconds: float = 0.05  # the latest full draw's duration in this process (a guess until one was made)
-
     def __init__(self, figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80):
         self.fig = Figure(figsize=figsize, dpi=dpi)
         FigureCanvasAgg(self.fig)  # an off-screen canvas of its own: no window, whatever the backend
@@ -96,9 +111,7 @@ class BlitFigure:
         canvas = self.fig.canvas
         layout = self._layout()
         if self._background is None or layout != self._background_key:
-            started = time.perf_counter()
             canvas.draw()  # everything but the animated artists
-            BlitFigure.full_draw_seconds = time.perf_counter() - started
             self._background = canvas.copy_from_bbox(self.fig.bbox)
             self._background_key = layout
             self.n_full_draws += 1
@@ -122,20 +135,28 @@ class BlitFigure:
 
 # %% ../nbs/05_live_plots.ipynb #df414158
 class LiveFigure(BlitFigure):
-    "A BlitFigure shown in a notebook output and redrawn there, at most every `every_ms` milliseconds."
+    "A BlitFigure shown in a notebook output and redrawn there, about every `every_ms` milliseconds."
     def __init__(self, figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80, every_ms: float = 250,
-                 max_overhead: float = 0.05):
+                 max_overhead: float = 0.1):
         super().__init__(figsize, dpi)
         self.throttle = Throttle(every_ms, max_overhead)
         self.handle = None  # the notebook output the picture goes to; None where nothing shows it
         self.n_draws = 0
+        self.noted: str | None = None  # the line shown in the output instead of a picture, if any
 
     def show(self, placeholder: str = "waiting for the first batch") -> None:
         "Open the notebook output the figure is drawn into (outside IPython there is none)."
         if _shell() is None:
             return
         from IPython.display import HTML, display
-        self.handle = display(HTML(f"<em>{placeholder}</em>"), display_id=True)
+        self.handle = display(HTML(f"<em>{html.escape(placeholder)}</em>"), display_id=True)
+
+    def note(self, text: str) -> None:
+        "Put a line of text in the output in place of the placeholder or picture."
+        self.noted = text
+        if self.handle is not None:
+            from IPython.display import HTML
+            self.handle.update(HTML(f"<em>{html.escape(text)}</em>"))
 
     def due(self) -> bool:
         "Whether a draw is due: cheap enough to ask at every batch."
@@ -149,6 +170,7 @@ class LiveFigure(BlitFigure):
             from IPython.display import Image
             self.handle.update(Image(data=png, format="png"))
         self.n_draws += 1
+        self.noted = None
         self.throttle.done(started)
 
 # %% ../nbs/05_live_plots.ipynb #9dff5bfa
@@ -276,7 +298,7 @@ class LivePlotCore(FigurePlot):
     blit = True  # False: `_fill` redraws the whole figure, no artist is animated
     empty_hint = "train with learn.fit(..., cbs=plot) first"
 
-    def __init__(self, every_ms: float = 250, max_overhead: float = 0.05, mode: str = "auto",
+    def __init__(self, every_ms: float = 250, max_overhead: float = 0.1, mode: str = "auto",
                  figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80, file=None):
         super().__init__(figsize, dpi)
         self.throttle = Throttle(every_ms, max_overhead)  # validates both now, not at the first fit
@@ -287,6 +309,7 @@ class LivePlotCore(FigurePlot):
         self.live: LiveFigure | None = None  # the figure of the current or last fit, in widget mode
         self._drawing = False
         self._began = False  # on_train_begin completed: on_train_end has something to finish
+        self._failure: str | None = None  # why drawing stopped, if a draw failed
 
     def _begin(self) -> None:
         "Reset what this fit collects; raise if the Learner cannot feed the plot."
@@ -302,6 +325,7 @@ class LivePlotCore(FigurePlot):
     def _update(self, final: bool = False) -> None:
         "Collect, then redraw the figure or rewrite the progress line; a failure stops drawing, never training."
         started = time.perf_counter()
+        drawn = self.live.n_draws if self.live is not None else 0
         try:
             self._collect()
             status = None if self.live is not None else self._status()
@@ -311,9 +335,10 @@ class LivePlotCore(FigurePlot):
                 self.line.update(status)
         except Exception as e:  # a plot must never stop training
             self._drawing = False
-            warnings.warn(f"{type(self).__name__} stopped drawing (training goes on): {type(e).__name__}: {e}",
-                          LivePlotWarning, stacklevel=3)
-        self.throttle.done(started)
+            self._failure = f"{type(self).__name__} stopped drawing (training goes on): {type(e).__name__}: {e}"
+            warnings.warn(self._failure, LivePlotWarning, stacklevel=3)
+        if self.live is None or self.live.n_draws == drawn:  # a draw told the throttle already
+            self.throttle.done(started)
 
     def _redraw(self, started: float, final: bool = False) -> None:
         "Put the data on the live figure and draw it (`final`: at the end of training)."
@@ -336,6 +361,7 @@ class LivePlot(LivePlotCore, Callback):
 
     def on_train_begin(self):
         self._began = False
+        self._failure = None
         self._begin()
         master = self.learn.engine.is_master_process  # several processes draw one picture: the master's
         widget = master and (self.mode == "widget" or (self.mode == "auto" and in_notebook()))
@@ -350,7 +376,7 @@ class LivePlot(LivePlotCore, Callback):
             self.live = LiveFigure(self.figsize, self.dpi, self.every_ms, self.max_overhead)
             self.live.animate(*self._artists(self.live.fig))
         self.throttle = self.live.throttle if widget else Throttle(self.every_ms, self.max_overhead)
-        self.throttle.start(LiveFigure.full_draw_seconds if widget else 0.0)
+        self.throttle.start()
         if widget and shown:
             self._open_controls()
             self.live.show()
@@ -358,6 +384,8 @@ class LivePlot(LivePlotCore, Callback):
     def on_batch_end(self):
         if self.learn.training and self._drawing and self.throttle.due():
             self._update()
+            if not self._drawing:  # the draw failed: say so in the output at once
+                self._settle()
 
     def on_train_end(self):
         if not self._began:  # another callback failed before this one began: leave its error alone
@@ -369,7 +397,27 @@ class LivePlot(LivePlotCore, Callback):
                 self.line.finish(f"{type(self).__name__}: {summary}")
         elif self._drawing:
             self._update(final=True)
+        self._settle()
+
+    def _settle(self) -> None:
+        "Where the live figure was never drawn, put a line in its place that says why: never a stale placeholder."
+        if self.live is None or self.live.n_draws > 0:
+            return
+        name = type(self).__name__
+        if self._failure is not None:
+            text = self._failure
+        elif not self._drawing:
+            text = f"{name} was closed before its first picture: plot() draws what it collected"
+        else:
+            text = f"{name} has nothing to draw: the fit ended before its first training batch"
+        if text == self.live.noted:  # said already
+            return
+        try:
+            self.live.note(text)
+        except Exception:  # the output itself failed (the frontend went away): there is nowhere to say it
+            pass
 
     def close(self) -> None:
         "Stop drawing; training goes on, and `plot()`/`save()` still work."
         self._drawing = False
+        self._settle()

@@ -166,12 +166,21 @@ def test_live_plots_render_and_move_in_jupyterlab(jupyter):
             page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "moment1.png"))
             assert first["progress_bars"] == 1, "the progress bar widget did not render"
             loss1, lr1 = first["images"][:2]
-            # the second moment: both pictures redrawn (a plot may wait up to ~2 s after a slow first draw)
-            second = wait_for(page, DEMO_JS, lambda s: not s["running"] or (s["images"][0] != loss1
-                                                                         and s["images"][1] != lr1), 30, log_path)
+            # the second moment: both pictures redrawn, and the loss picture seen in at least three states while the
+            # demo trains (frames keep coming a few times a second: the first frame's cost never delays the next)
+            seen = {loss1}
+
+            def moved(state):
+                if state["running"] and state["images"]:
+                    seen.add(state["images"][0])
+                return not state["running"] or (len(seen) >= 3 and state["images"][0] != loss1
+                                                and state["images"][1] != lr1)
+
+            second = wait_for(page, DEMO_JS, moved, 30, log_path)
             page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "moment2.png"))
             assert second["running"], (f"training ended before both plots were redrawn: raise DEMO_EPOCHS "
                                        f"({DEMO_EPOCHS}) so that two moments fall during training")
+            assert len(seen) >= 3, f"the loss picture changed {len(seen) - 1} times while the demo trained"
             loss2, lr2 = second["images"][:2]
             save_png(loss1, "loss_moment1.png")
             save_png(loss2, "loss_moment2.png")

@@ -63,16 +63,25 @@ def test_in_test_means_no_frontend(monkeypatch):
 # --- throttle, progress line, helpers -------------------------------------------------------------------------
 
 def test_throttle_spaces_work_by_every_ms_and_by_its_cost():
+    # Changed with the frame-rate rule (issue 34): the first work after start() is free, and the budget is the
+    # running share of the time since start(), not one piece's cost divided by max_overhead.
     now = [10.0]
     throttle = Throttle(every_ms=100, max_overhead=0.1, clock=lambda: now[0])
     throttle.start()
     assert not throttle.due()
     now[0] = 10.1
     assert throttle.due()
-    throttle.done(started=10.05)  # 50 ms of work at 10 %: next in 500 ms
-    now[0] = 10.59
+    throttle.done(started=10.05)  # the first piece: free, the next is one interval later
+    now[0] = 10.19
     assert not throttle.due()
-    now[0] = 10.6
+    now[0] = 10.2
+    assert throttle.due()
+    now[0] = 10.25
+    throttle.done(started=10.2)  # 50 ms of work at 10 %: paid once 0.5 s have gone by since start()
+    assert throttle.next == pytest.approx(10.5)
+    now[0] = 10.49
+    assert not throttle.due()
+    now[0] = 10.51
     assert throttle.due()
 
 
