@@ -11,16 +11,52 @@ from typing import Callable, Mapping
 
 import numpy as np
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from .checks import check_number
 from .learner import _length
 from .recorder import Recorder
-from .widgets import FigurePlot, LivePlot, _grown_limits, _set_margins
+from .widgets import FigurePlot, LivePlot, _grown_limits
 
 # %% auto #0
 __all__ = ['LossChart', 'FitTime', 'LossPlot', 'compare_runs']
+
+# %% ../nbs/05b_loss_plot.ipynb #a7e3f1c2
+class _PlainLogFormatter(LogFormatter):
+    "Log-axis tick labels as plain numbers (0.3, 0.02, 1e−05), on the ticks matplotlib would label."
+    def __call__(self, x, pos=None) -> str:
+        label = super().__call__(x, pos)  # '' where the tick stays unlabelled
+        return label and self.fix_minus(f"{x:g}")
+
+def _log_y(ax) -> None:
+    "A log-scale y axis with narrow tick labels."
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(_PlainLogFormatter())
+    ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))  # labels between decades on a short axis
+
+def _frame(fig: Figure, left: float = 0.9, wspace: float = 0.35) -> None:
+    "Fixed margins (`left` in inches); each axes' legend in rows above it, under its title; room at the top for both."
+    width, height = fig.get_size_inches()
+    fig.subplots_adjust(left=left / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.35 / height,
+                        wspace=wspace)
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+    renderer = canvas.get_renderer()  # measures text without drawing
+    legend_top = 0.0  # the highest legend's top above its axes, in points
+    for ax in fig.axes:
+        n = len(ax.get_legend_handles_labels()[1])
+        for ncols in range(n, 0, -1):  # as many columns as the axes' width holds
+            legend = ax.legend(loc="lower left", bbox_to_anchor=(0, 1), ncols=ncols, frameon=False,
+                               fontsize="small", borderaxespad=0.3, columnspacing=1.5)
+            if legend.get_window_extent(renderer).width <= ax.bbox.width:
+                break
+        if n:
+            legend_top = max(legend_top, (legend.get_window_extent(renderer).y1 - ax.bbox.y1) * 72 / fig.dpi)
+    for ax in fig.axes if legend_top else []:  # every title over the highest legend: side by side, they line up
+        ax.set_title(ax.get_title(), pad=legend_top + 4)  # the pad is to the title's baseline: room for descenders
+    above = max(ax.title.get_window_extent(renderer).y1 - ax.bbox.y1 for ax in fig.axes) / fig.dpi
+    fig.subplots_adjust(top=1 - (above + 0.08) / height)
 
 # %% ../nbs/05b_loss_plot.ipynb #c2b0678e
 def _loss_axes(fig: Figure, beta: float, log: bool, n_batches: int | None) -> list:
@@ -34,9 +70,8 @@ def _loss_axes(fig: Figure, beta: float, log: bool, n_batches: int | None) -> li
     ax.set_ylabel("loss")
     ax.set_xlim(0, n_batches or 16)
     if log:
-        ax.set_yscale("log")
-    ax.legend(loc="upper right")
-    _set_margins(fig)
+        _log_y(ax)
+    _frame(fig)
     return [raw, smooth, valid]
 
 # %% ../nbs/05b_loss_plot.ipynb #02158fa3
@@ -59,7 +94,7 @@ class LossChart(LivePlot):
     order = 80  # after the Recorder (-10) has the batch; before ProgressCallback (90) prints an epoch's row
     empty_hint = "train with learn.fit(..., cbs=loss_plot) first"
 
-    def __init__(self, log: bool = False, beta: float = 0.98, every_ms: float = 250, max_overhead: float = 0.05,
+    def __init__(self, log: bool = False, beta: float = 0.98, every_ms: float = 250, max_overhead: float = 0.1,
                  mode: str = "auto", figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80, file=None):
         super().__init__(every_ms, max_overhead, mode, figsize, dpi, file)
         self.beta = check_number("beta", beta, low=0, high=1, high_open=True)  # the smoothing of the batch losses
@@ -107,7 +142,7 @@ class LossChart(LivePlot):
         lines[0].set_data(*_per_column(steps, self.losses, int(ax.bbox.width)))  # at most 2 points a pixel column
         lines[1].set_data(*_per_column(steps, self.smooth, int(ax.bbox.width)))
         lines[2].set_data(self.valid_steps, self.valid_losses)
-        held = [v for v in self._finite if v > 0 or not self.log]
+        held = [v for v in self._finite + self.smooth if math.isfinite(v) and (v > 0 or not self.log)]  # all curves
         if held:
             self._ylim = _grown_limits(self._ylim if grow else None, min(held), max(held), self.log)
             ax.set_ylim(*self._ylim)

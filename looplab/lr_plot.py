@@ -12,9 +12,10 @@ from matplotlib.figure import Figure
 
 from .checks import check_int
 from .learner import _length
+from .loss_plot import _frame, _log_y
 from .recorder import group_momentum
 from .schedule import dry_run_scheduler
-from .widgets import LivePlot, _grown_limits, _set_margins
+from .widgets import LivePlot, _grown_limits
 
 # %% auto #0
 __all__ = ['LRPlan', 'LRPlot']
@@ -54,10 +55,17 @@ def _lr_axes(fig: Figure, planned: dict, n_groups: int, mom: bool, log: bool) ->
         ax.set_xlabel("training step (batch)")
         ax.set_ylabel(ylabel)
         if kind == "lr" and log:
-            ax.set_yscale("log")
-        ax.legend(loc="best", fontsize="small")
-    _set_margins(fig)
+            _log_y(ax)
+    _frame(fig)
     return actual
+
+# %% ../nbs/06a_lr_plot.ipynb #c4a91e07
+def _band_limits(current: tuple[float, float] | None, lo: float, hi: float) -> tuple[float, float]:
+    "Axis limits around [`lo`, `hi`] with a margin of a tenth of the span: `current` if it already holds them."
+    if current is not None and current[0] <= lo and hi <= current[1]:
+        return current
+    pad = 0.1 * (hi - lo) if hi > lo else 0.05 * max(abs(hi), 1.0)
+    return lo - pad, hi + pad
 
 # %% ../nbs/06a_lr_plot.ipynb #c88c876c
 class LRPlan(LivePlot):
@@ -67,7 +75,7 @@ class LRPlan(LivePlot):
 
     def __init__(self, sched_fn: Callable[[float], float] | None = None, scheduler: Callable | None = None,
                  mom_fn: Callable[[float], float] | None = None, n_steps: int | None = None, opt=None,
-                 log: bool = False, every_ms: float = 250, max_overhead: float = 0.05, mode: str = "auto",
+                 log: bool = False, every_ms: float = 250, max_overhead: float = 0.1, mode: str = "auto",
                  figsize: tuple[float, float] = (9.0, 3.2), dpi: int = 80):
         for name, fn in (("sched_fn", sched_fn), ("scheduler", scheduler), ("mom_fn", mom_fn)):
             if fn is not None and not callable(fn):
@@ -109,7 +117,11 @@ class LRPlan(LivePlot):
             held = [v for vs in [*self.planned[kind].values(), *values] for v in vs if math.isfinite(v) and (v > 0 or not log)]
             ax.set_xlim(0, n_steps)
             if held:
-                ylim = _grown_limits(self._ylims.get(kind) if grow else None, min(held), max(held), log)
+                current = self._ylims.get(kind) if grow else None
+                if kind == "lr":
+                    ylim = _grown_limits(current, min(held), max(held), log)
+                else:  # momentum: a narrow band, which an axis from 0 would squash
+                    ylim = _band_limits(current, min(held), max(held))
                 ax.set_ylim(*ylim)
                 if grow:
                     self._ylims[kind] = ylim
