@@ -5,6 +5,7 @@
 # %% ../nbs/11d_sampler_plot.ipynb #803d9688
 from __future__ import annotations
 
+import struct
 import sys
 from itertools import islice
 from typing import Callable
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from .checks import check_int
 from .widgets import FigurePlot, _png, _shell, in_notebook
@@ -101,6 +103,8 @@ def _scatter_order(fig: Figure, steps: list, offsets: list[int], epochs: list[in
         ax.axvline(skip - 0.5, color="red", linewidth=1.5, label=f"resume (skip {skip} steps)")
     ax.set_xlabel("step (a batch for a batch sampler, an item otherwise)")
     ax.set_ylabel("dataset index")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and indices are whole: no tick at 3.25
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("Dataset index served at each step", pad=14)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     fig.tight_layout()
@@ -123,28 +127,42 @@ def _grid_order(fig: Figure, steps: list, epochs: list[int], faded: Callable[[in
                                        edgecolor="red"))
         ax.set_yticks(range(len(rows)), [f"epoch {e}" for e in epochs])
         ax.set_xlabel("position in the epoch (item)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"rank {rank}")
-    fig.colorbar(shown, ax=axes, label="dataset index")
+    fig.colorbar(shown, ax=axes, label="dataset index", ticks=MaxNLocator(integer=True))
     fig.suptitle("Order of the dataset indices, per epoch" + (f" (skipped: faded, {skip} steps)" if skip else ""))
 
 # %% ../nbs/11d_sampler_plot.ipynb #9f96def5
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"  # the mime type of a widget in a notebook's outputs
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    "A PNG's width and height in pixels, from its IHDR chunk (the first of every PNG)."
+    width, height = struct.unpack(">II", png[16:24])
+    return width, height
 
 def _epoch_selector(plot: SamplerPlot):
     "A selector of the epoch above the picture of `plot`, redrawn when the selection changes."
     import ipywidgets
     choices = [("all epochs", -1)] + [(f"epoch {e}", e) for e in range(plot.n_epochs)]
     selector = ipywidgets.Dropdown(options=choices, value=-1, description="show")
-    picture = ipywidgets.Image(value=_png(plot.plot()), format="png")
+    picture = ipywidgets.Image(format="png")
+
+    def show(png: bytes) -> None:
+        "Put `png` in the picture at its natural size: a VBox would stretch an image without one to its width."
+        width, height = _png_size(png)
+        picture.value, picture.width, picture.height = png, str(width), str(height)
 
     def redraw(change):
         epoch = None if change["new"] == -1 else change["new"]
-        picture.value = _png(plot.plot(epoch))
+        show(_png(plot.plot(epoch)))
 
+    show(_png(plot.plot()))
     selector.observe(redraw, names="value")
     return ipywidgets.VBox([selector, picture])
 
 # %% ../nbs/11d_sampler_plot.ipynb #43f46367
+_MAX_WIDTH = 840  # px: about a notebook's output width (JupyterLab, the book); a wider picture is scaled, its text soft
+
 class SamplerPlot(FigurePlot):
     "Which dataset index each rank is served at each step, over epochs: `kind='scatter'` (index vs step) or `'grid'` (a row per epoch)."
     def __init__(self, samplers, n_epochs: int = 1, n_steps: int | None = None, n_ranks: int | None = None,
@@ -174,11 +192,13 @@ class SamplerPlot(FigurePlot):
             raise ValueError(f"epoch must be None (all) or in range({self.n_epochs}), got {epoch!r}")
         epochs = list(range(self.n_epochs)) if epoch is None else [epoch]
         if self.kind == "scatter":
-            fig = self._figure(self.figsize or (8.0, 3.5))
+            fig = self._figure(self.figsize or (min(8.0, _MAX_WIDTH / self.dpi), 3.5))
             _scatter_order(fig, self.steps, self._offsets, epochs, self.skip)
         else:
-            fig = self._figure(self.figsize or (4.0 * len(self.steps) + 1.0, 1.8 + 0.35 * len(epochs)),
-                               layout="constrained")
+            # the height counts every epoch, not those shown: the picture keeps its size when the selector
+            # switches to one epoch
+            size = (min(4.0 * len(self.steps) + 1.0, _MAX_WIDTH / self.dpi), 1.8 + 0.35 * self.n_epochs)
+            fig = self._figure(self.figsize or size, layout="constrained")
             _grid_order(fig, self.steps, epochs, self._skipped_items, self.skip)
         return fig
 

@@ -11,7 +11,9 @@ from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 from torch.utils.data import DistributedSampler as TorchDistributedSampler  # torch's (dataset, num_replicas, rank)
 
 import looplab.sampler_plot as sampler_plot
+from looplab.resume import make_epochwise_batch_sampler
 from looplab.sampler_plot import SamplerPlot, served
+from looplab.widgets import _png
 
 from helpers import PNG, run
 
@@ -155,3 +157,57 @@ def test_a_cell_ending_with_the_plot_gives_a_png_under_nbdev_test_and_prints_not
     done = run([sys.executable, "-c", SHELL], timeout=120, env=dict(os.environ, IN_TEST="1"))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "done\n"  # not `<IPython.core.display.Image object>`
+
+
+def _epochwise(n_ranks):
+    "The factory of notebook 11d's example: the epoch-by-epoch sampler of notebook 11b over 24 items, in batches of 4."
+    return lambda rank: make_epochwise_batch_sampler(range(24), shuffle_seed=0, num_replicas=n_ranks, rank=rank,
+                                                     batch_size=4)
+
+
+@pytest.mark.parametrize("kind, n_ranks, dpi, figsize", [
+    ("scatter", 1, 80, None), ("scatter", 2, 100, None), ("grid", 1, 80, None), ("grid", 2, 80, None),
+    ("grid", 3, 80, None), ("grid", 3, 120, None), ("grid", 2, 100, (5.0, 2.0)),
+])
+def test_the_png_is_figsize_times_dpi_and_keeps_its_size_across_epochs(kind, n_ranks, dpi, figsize):
+    "Shown 1:1: no wider than a notebook's output, and one size for all epochs and each (the output does not jump)."
+    plot = SamplerPlot(_epochwise(n_ranks), n_ranks=n_ranks, n_epochs=3, skip=5, kind=kind, dpi=dpi, figsize=figsize)
+    width, height = plot.plot().get_size_inches() * dpi
+    if figsize is None:
+        assert width <= sampler_plot._MAX_WIDTH
+    else:
+        assert (width, height) == (figsize[0] * dpi, figsize[1] * dpi)
+    sizes = {sampler_plot._png_size(_png(plot.plot(epoch))) for epoch in [None, 0, 1, 2]}
+    assert sizes == {(round(width), round(height))}
+
+
+def test_the_selector_shows_each_picture_at_its_natural_size(monkeypatch):
+    plot = SamplerPlot(_epochwise(2), n_ranks=2, n_epochs=3, kind="grid")
+    selector, picture = sampler_plot._epoch_selector(plot).children
+    shown = []
+    for value in [-1, 0, 2, -1]:
+        selector.value = value
+        assert picture.value == _png(plot.plot(None if value == -1 else value))
+        shown.append((picture.width, picture.height))
+    width, height = plot.plot().get_size_inches() * plot.dpi
+    assert shown == [(str(round(width)), str(round(height)))] * 4  # the img's own size: a VBox does not stretch it
+
+
+@pytest.mark.parametrize("kind", ["scatter", "grid"])
+@pytest.mark.parametrize("n_items, batch_size", [(3, 1), (10, 4), (7, 2), (40, 3)])
+def test_single_epoch_plots_have_integer_ticks(kind, n_items, batch_size):
+    "Steps, positions and dataset indices are whole numbers: no tick at 0.5 or 3.25."
+    sampler = BatchSampler(SequentialSampler(range(n_items)), batch_size, drop_last=False)
+    plot = SamplerPlot(sampler, n_epochs=3, kind=kind)
+    for epoch in range(3):
+        fig = plot.plot(epoch)
+        fig.canvas.draw()
+        axes = fig.axes if kind == "scatter" else fig.axes[:-1]  # the grid's last axes is the colour bar
+        for ax in axes:
+            low, high = sorted(ax.get_xlim())
+            shown = [t for t in ax.get_xticks() if low <= t <= high]
+            assert shown and all(float(t).is_integer() for t in shown), shown
+        index_axis = fig.axes[0].yaxis if kind == "scatter" else fig.axes[-1].yaxis
+        low, high = sorted(index_axis.get_view_interval())
+        shown = [t for t in index_axis.get_ticklocs() if low <= t <= high]
+        assert shown and all(float(t).is_integer() for t in shown), shown

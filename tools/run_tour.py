@@ -2,12 +2,16 @@
 
 Usage: run_tour.py [NBS_DIR | NOTEBOOK ...] [--save] [--check] [--out DIR] [--jobs N]
   --save   write each executed notebook back in place, its outputs normalised (tools/notebook_outputs.py):
-           what GitHub and the HTML book show
+           what GitHub and the HTML book show. Made as a student's kernel makes them: one notebook at a time,
+           torch with its default thread count (one per core), so --save refuses --jobs N > 1 and a set
+           OMP_NUM_THREADS or MKL_NUM_THREADS (a result that depends on the thread count would be committed
+           as no student's run shows it)
   --check  leave the notebooks alone; fail if a fresh run's outputs differ in kind, cell by cell, from the
            committed ones (a picture, a table, text), or if any output is matplotlib's bare '<Figure size ...>'
   --out    also write the executed notebooks (normalised) to DIR, to read them
   --jobs   notebooks executed at once (default 1: the times are then each notebook's own); with N > 1 each
-           kernel gets cores/N torch threads (OMP_NUM_THREADS), so that they do not contend"""
+           kernel gets cores/N torch threads (OMP_NUM_THREADS), so that they do not contend: for --check and
+           --out, not --save"""
 from __future__ import annotations
 
 import os
@@ -45,11 +49,30 @@ def execute(path: Path, sockets: str) -> tuple[object, float, str]:
     return nb, time.perf_counter() - start, status
 
 
+THREAD_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # what changes torch's thread count from its default
+
+
+def save_refusal(jobs: int) -> str | None:
+    "Why `--save` cannot run with `jobs` and this environment (the outputs would not be a student's), or None."
+    if jobs > 1:
+        return (f"--save with --jobs {jobs}: the kernels would run with fewer torch threads than a student's, "
+                "and some results depend on the thread count. Save with --jobs 1 (the default)")
+    fixed = [f"{name}={os.environ[name]}" for name in THREAD_SETTINGS if os.environ.get(name)]
+    if fixed:
+        return (f"--save with {', '.join(fixed)}: a student's kernel runs torch with its default thread count, "
+                f"and some results depend on it. Unset {', '.join(f.split('=')[0] for f in fixed)} to save")
+    return None
+
+
 def main(paths: list[Path], save: bool = False, check: bool = False, out_dir: str | None = None,
          jobs: int = 1) -> int:
     if not paths:
         print("no notebooks to run", file=sys.stderr)
         return 1
+    refusal = save_refusal(jobs) if save else None
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
     # What a student sees: the inline backend draws pyplot's figures (a script's MPLBACKEND=Agg would hide them),
     # and the notebooks run in full, not shortened as under nbdev_test.
     os.environ.pop("MPLBACKEND", None)
