@@ -5,7 +5,9 @@ rounds, on the same pre-batched data already on the device; CUDA is synchronized
 On CUDA it then compares each Learner with the loop a user writes without looplab on the same model and batches:
 the five lines in fp32, with torch.autocast in bfloat16, with torch.autocast and a GradScaler in float16 — at a size
 where the GPU is the bottleneck (4 x Linear(8192, 8192), batch 8192) and at a tiny one where the host is (64-64-10,
-batch 64). On the CPU those rows are skipped with a message (benchmarks/loop_overhead.py has the CPU rows).
+batch 64). On the CPU those rows are skipped with a message (benchmarks/loop_overhead.py has the CPU rows). The
+host-bound float16 row is where a host sync per step shows: AMPEngine's step reads nothing from the GPU beyond
+GradScaler's own read (tests/test_engine.py counts them on the CPU), so it should match the hand-written loop.
 
 Run: python benchmarks/amp_speedup.py [--device cpu|cuda] [--rounds N] [--steps N] [--bs N] [--layers N]
 (default device: cuda if available). On the CPU the defaults are small so that the run takes well under a minute: torch's CPU float16 matmul

@@ -6,16 +6,13 @@ The same networks, data, seed and optimizers as examples/dcgan_plain.py (the pla
 what changed from the original); the loop is looplab's, in DCGAN mode (DCGANTrainer): on every batch one critic step
 on real images against the generator's fakes, then one generator step on those same fakes. The progress table shows
 each epoch's gen_loss, crit_loss, D(x) and D(G(z)) (mean logits), from GANColumns."""
-import argparse
-
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 from looplab.data import DataLoaders
 from looplab.gan import gan_learner
 from looplab.gan_images import DCGANTrainer, GANColumns
 
-from dcgan_plain import digits_16, make_nets
+from dcgan_plain import digits_loader, make_nets, parse_args
 
 
 def train(epochs: int = 5, bs: int = 64, lr: float = 2e-4, nz: int = 16, seed: int = 1, n_images: int | None = None,
@@ -23,8 +20,7 @@ def train(epochs: int = 5, bs: int = 64, lr: float = 2e-4, nz: int = 16, seed: i
     "Train a DCGAN on the digits with looplab; return the learner (`learn.model.generator`, `learn.model.critic`)."
     torch.manual_seed(seed)
     generator, critic = make_nets(nz)
-    loader = DataLoader(TensorDataset(digits_16(n_images)), batch_size=bs, shuffle=True,
-                        generator=torch.Generator().manual_seed(seed))  # batches of images alone: no labels needed
+    loader = digits_loader(bs, seed, n_images)  # batches of images alone: no labels needed
     learn = gan_learner(generator, critic, DataLoaders(loader), noise_size=(nz, 1, 1), lr=lr, trainer_cls=DCGANTrainer,
                         cbs=[GANColumns()])
     if not verbose:
@@ -34,10 +30,5 @@ def train(epochs: int = 5, bs: int = 64, lr: float = 2e-4, nz: int = 16, seed: i
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--bs", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=2e-4)
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
+    args = parse_args(__doc__)
     train(args.epochs, args.bs, args.lr, seed=args.seed)

@@ -27,6 +27,12 @@ def digits_16(n_images: int | None = None) -> torch.Tensor:
     return (x * 2 - 1)[:n_images]
 
 
+def digits_loader(bs: int, seed: int, n_images: int | None = None) -> DataLoader:
+    "Batches of `digits_16` images alone (no labels: a GAN needs none), shuffled by a generator seeded with `seed`."
+    return DataLoader(TensorDataset(digits_16(n_images)), batch_size=bs, shuffle=True,
+                      generator=torch.Generator().manual_seed(seed))
+
+
 def weights_init(m: nn.Module) -> None:
     "The original's initialisation: conv weights N(0, 0.02), batch-norm weights N(1, 0.02) and biases 0."
     if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
@@ -56,8 +62,7 @@ def train(epochs: int = 5, bs: int = 64, lr: float = 2e-4, nz: int = 16, seed: i
     "Train a DCGAN on the digits; return the generator and the critic."
     torch.manual_seed(seed)
     netG, netD = make_nets(nz)
-    loader = DataLoader(TensorDataset(digits_16(n_images)), batch_size=bs, shuffle=True,
-                        generator=torch.Generator().manual_seed(seed))
+    loader = digits_loader(bs, seed, n_images)
     optimizerD = torch.optim.Adam(netD.parameters(), lr=lr, betas=(0.5, 0.999))
     optimizerG = torch.optim.Adam(netG.parameters(), lr=lr, betas=(0.5, 0.999))
     for epoch in range(epochs):
@@ -91,11 +96,16 @@ def train(epochs: int = 5, bs: int = 64, lr: float = 2e-4, nz: int = 16, seed: i
     return netG, netD
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(description: str, argv=None) -> argparse.Namespace:
+    "The command line both twins read: --epochs, --bs, --lr, --seed."
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--bs", type=int, default=64)
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    args = parse_args(__doc__)
     train(args.epochs, args.bs, args.lr, seed=args.seed)

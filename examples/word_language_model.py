@@ -3,48 +3,22 @@
 The model and the data are the plain version's (`examples/word_language_model_plain.py`, as the original's
 `model.py` and `data.py`); the loop is the Learner's: `BPTTBatches` serves the windows in order, `CarryState`
 carries the hidden state and detaches it, `GradientClipping` clips, `torch.optim.SGD` is the original's
-`p.data.add_(p.grad, alpha=-lr)`, `SaveBestModel` keeps the best weights, and `AnnealOnPlateau` below divides the
-LR by 4 when the validation loss does not improve. Both end with the same weights and test perplexity.
+`p.data.add_(p.grad, alpha=-lr)`, `SaveBestModel` keeps the best weights, and torch's `ReduceLROnPlateau` (through
+`TorchScheduler`, on the recorded validation loss) divides the LR by 4 when the validation loss does not improve:
+with `factor=0.25, patience=0, threshold=0` its rule is the original's. Both end with the same weights and test
+perplexity.
 
     python examples/word_language_model.py [--epochs 6] [--quick]
 """
 import io
-import math
+from functools import partial
 
 import torch
 from torch import nn
 
-from looplab.callback import Callback
-from looplab.data import DataLoaders
-from looplab.learner import Learner
-from looplab.metrics import Perplexity
-from looplab.monitor import SaveBestModel
-from looplab.regularize import GradientClipping
-from looplab.stateful import BPTTBatches, CarryState, batchify
+from looplab import (BPTTBatches, CarryState, DataLoaders, GradientClipping, Learner, Perplexity, SaveBestModel,
+                     TorchScheduler, batchify)
 from word_language_model_plain import RNNModel, load_corpus, parse_args
-
-
-class AnnealOnPlateau(Callback):
-    "Divide the LR by `factor` after an epoch whose validation loss is not below the best so far (the original's rule)."
-    order = 20  # after the Recorder wrote the epoch's row
-
-    def __init__(self, factor: float = 4.0):
-        self.factor = factor
-        self.best = math.inf
-
-    def on_epoch_end(self):
-        val_loss = self.learn.recorder.values[-1]["valid_loss"]
-        if val_loss < self.best:
-            self.best = val_loss
-        else:
-            for group in self.learn.opt.param_groups:
-                group["lr"] /= self.factor
-
-    def state_dict(self) -> dict:
-        return {"best": self.best}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.best = state["best"]
 
 
 def main(argv=None, verbose: bool = True) -> dict:
@@ -58,7 +32,8 @@ def main(argv=None, verbose: bool = True) -> dict:
     learn = Learner(model, DataLoaders(windows[0], windows[1]), loss_func=nn.functional.nll_loss,
                     opt_func=torch.optim.SGD, lr=args.lr, metrics=[Perplexity(nn.functional.nll_loss)],
                     cbs=[CarryState(), GradientClipping(max_norm=args.clip), SaveBestModel("valid_loss"),
-                         AnnealOnPlateau(4.0)])
+                         TorchScheduler(partial(torch.optim.lr_scheduler.ReduceLROnPlateau, factor=0.25, patience=0,
+                                                threshold=0.0))])
     if not verbose:
         learn.progress.file = io.StringIO()
     learn.fit(args.epochs)

@@ -5,7 +5,10 @@ __version__ = "0.1.0"
 __all__ = ['Callback', 'CancelBackwardException', 'CancelBatchException', 'CancelEpochException', 'CancelFitException',
            'CancelStepException', 'CancelValidateException', 'DataLoaders', 'load_digits', 'make_rings', 'set_seed',
            'AMPEngine', 'DeviceEngine', 'Learner', 'ProgressCallback', 'Recorder', 'LossPlot', 'lr_find', 'Accuracy',
-           'ParamScheduler', 'Sched', 'TorchScheduler', 'fit_flat_cos', 'fit_one_cycle', 'fit_sgdr']
+           'ParamScheduler', 'Sched', 'TorchScheduler', 'fit_flat_cos', 'fit_one_cycle', 'fit_sgdr', 'load_checkpoint',
+           'save_checkpoint', 'Checkpoint', 'DistributedDataParallelEngine', 'gan_learner', 'Perplexity',
+           'EarlyStopping', 'SaveBestModel', 'GradientAccumulation', 'GradientClipping', 'LabelSmoothingCrossEntropy',
+           'MixUp', 'RNNRegularizer', 'TerminateOnNaN', 'BPTTBatches', 'CarryState', 'batchify']
 
 # %% ../nbs/06c_api.ipynb #5b044271
 from .callback import (Callback, CancelBackwardException, CancelBatchException, CancelEpochException,
@@ -22,3 +25,20 @@ _all_ = ["Callback", "CancelBackwardException", "CancelBatchException", "CancelE
          "CancelStepException", "CancelValidateException", "DataLoaders", "load_digits", "make_rings", "set_seed",
          "AMPEngine", "DeviceEngine", "Learner", "ProgressCallback", "Recorder", "LossPlot", "lr_find", "Accuracy",
          "ParamScheduler", "Sched", "TorchScheduler", "fit_flat_cos", "fit_one_cycle", "fit_sgdr"]
+
+# %% ../nbs/06c_api.ipynb #4c272e05
+from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint_callback import Checkpoint
+from .engines import DistributedDataParallelEngine
+from .gan import gan_learner
+from .metrics import Perplexity
+from .monitor import EarlyStopping, SaveBestModel
+from .regularize import (GradientAccumulation, GradientClipping, LabelSmoothingCrossEntropy, MixUp,
+                                RNNRegularizer, TerminateOnNaN)
+from .stateful import BPTTBatches, CarryState, batchify
+
+_all_ = ["load_checkpoint", "save_checkpoint", "Checkpoint", "DistributedDataParallelEngine", "gan_learner",
+         "Perplexity", "EarlyStopping", "SaveBestModel", "GradientAccumulation", "GradientClipping",
+         "LabelSmoothingCrossEntropy", "MixUp", "RNNRegularizer", "TerminateOnNaN", "BPTTBatches", "CarryState",
+         "batchify"]
+

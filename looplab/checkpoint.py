@@ -22,9 +22,25 @@ from . import __version__
 from .callback import Callback
 
 # %% auto #0
-__all__ = ['FORMAT', 'FORMAT_VERSION', 'rng_state', 'set_rng_state', 'learner_state', 'unsaved_callback_tensors',
-           'load_learner_state', 'atomic_save', 'state_digest', 'CheckpointError', 'write_checkpoint',
-           'save_checkpoint', 'read_checkpoint', 'load_checkpoint']
+__all__ = ['FORMAT', 'FORMAT_VERSION', 'resume_test_learner', 'rng_state', 'set_rng_state', 'learner_state',
+           'unsaved_callback_tensors', 'load_learner_state', 'atomic_save', 'state_digest', 'CheckpointError',
+           'write_checkpoint', 'save_checkpoint', 'read_checkpoint', 'load_checkpoint']
+
+# %% ../nbs/12_checkpoint.ipynb #963847ca
+def resume_test_learner(noise: Callback, cbs=(), **kwargs):
+    "A fresh learner on the digits with dropout, SGD with momentum and the callback `noise`, from one seed every time."
+    from torch import nn  # here: checkpoints themselves need none of these
+    from looplab.data import DataLoaders, load_digits
+    from looplab.learner import Learner, set_seed
+    from looplab.metrics import Accuracy
+    set_seed(11)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 10))
+    dls = DataLoaders.from_tensors(*load_digits(), bs=128, seed=3)
+    learn = Learner(model, dls, lr=0.1, metrics=[Accuracy()], cbs=[noise, *cbs],
+                    opt_func=lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9), **kwargs)
+    learn.remove_cbs(learn.progress)
+    return learn
+
 
 # %% ../nbs/12_checkpoint.ipynb #a445c3cf
 def rng_state() -> dict:
@@ -366,7 +382,7 @@ def _unreadable(path: Path, problem: str) -> CheckpointError:
 
 # %% ../nbs/12_checkpoint.ipynb #12aaab7b
 def load_checkpoint(learn, path: str | os.PathLike) -> dict:
-    "Load the checkpoint at `path` into `learn`, so that its next `fit` continues exactly; return the header."
+    "Load `path` into `learn`, so that its next `fit` continues exactly; return the header, with `resumes_at`."
     path = _as_path(path)
     ckpt = read_checkpoint(path)
     errors = (ValueError, RuntimeError, KeyError, TypeError)
@@ -381,4 +397,15 @@ def load_checkpoint(learn, path: str | os.PathLike) -> dict:
         raise CheckpointError(f"checkpoint {str(path)!r} does not fit this learner ({type(e).__name__}: {e}); "
                               "the learner may be partly loaded: build it again before loading another "
                               "checkpoint") from e
-    return ckpt["header"]
+    return {**ckpt["header"], "resumes_at": dict(ckpt["state"]["loop"])}  # epoch, iter (the batch), n_iter, n_steps
+
+# %% ../nbs/12_checkpoint.ipynb #2d7833fb
+_MOVED = {"Checkpoint": "looplab.checkpoint_callback"}  # a name that lived here: the module it lives in now
+
+def __getattr__(name: str):
+    "An old import path, `from looplab.checkpoint import Checkpoint`, served from the name's new module."
+    if name in _MOVED:
+        import importlib
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module 'looplab.checkpoint' has no attribute {name!r}")
+

@@ -215,7 +215,7 @@ class DataLoaders:
         valid = None
         if len(x_valid) > 0:
             valid = DataLoader(ArrayDataset(x_valid, y_valid), batch_size=valid_bs or 2 * bs, shuffle=False,
-                               collate_fn=collate_batch)
+                               collate_fn=collate_batch, generator=torch.Generator().manual_seed(seed))
         return cls(train, valid)
 
 # %% ../nbs/01_bare_loop.ipynb #a6e92a39

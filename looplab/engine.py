@@ -237,10 +237,14 @@ class AMPEngine(DeviceEngine):
         self.scaler.unscale_(optimizer)
         if clip_fn is not None:
             clip_fn([p for group in optimizer.param_groups for p in group["params"]])
-        scale = self.scaler.get_scale()
-        self.scaler.step(optimizer)  # skips optimizer.step() when a gradient is inf or NaN
+        stepped = []  # GradScaler calls optimizer.step() only when no gradient is inf or NaN: a hook sees it happen
+        hook = optimizer.register_step_post_hook(lambda *args: stepped.append(True))
+        try:
+            self.scaler.step(optimizer)  # its one host sync: reading whether a gradient is inf or NaN
+        finally:
+            hook.remove()
         self.scaler.update()  # halves the scale after a skip, doubles it after growth_interval clean steps
-        return self.scaler.get_scale() >= scale
+        return bool(stepped)
 
     def state_dict(self) -> dict:
         return {} if self.scaler is None else {"scaler": self.scaler.state_dict()}

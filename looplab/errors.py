@@ -66,6 +66,10 @@ def _where(learn) -> str:
     return f"{'training' if learn.training else 'validation'} batch {learn.iter} of epoch {learn.epoch}"
 
 _MODEL = object()  # `_checked_call`'s default `preds`: the call is the model's, which takes no predictions
+_CARRIED_STATE = ("\nIf the missing argument is a state carried from batch to batch (an RNN's hidden state: "
+                  "forward(x, hidden)), the CarryState callback feeds it: Learner(..., cbs=CarryState()), from "
+                  "looplab.stateful (notebook 08c), with forward(self, x, hidden=None) returning (preds, new_hidden). "
+                  "If it is a second input, make each batch (x1, x2, y)")
 
 def _checked_call(learn, what: str, fn: Callable, x, preds=_MODEL):
     "`fn(x)` for the model, `fn(preds, x)` for the loss, `x` spread if a tuple or dict; an error names the batch and shapes."
@@ -78,7 +82,8 @@ def _checked_call(learn, what: str, fn: Callable, x, preds=_MODEL):
             out = fn(x) if preds is _MODEL else fn(preds, x)
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
         given = f"xb {_shape(x)}" if preds is _MODEL else f"preds {_shape(preds)}"
-        raise _reworded(e, f"{what} failed on {_where(learn)} ({given}, yb {_shape(learn.yb)}): {e}") from e
+        hint = _CARRIED_STATE if preds is _MODEL and "required positional argument" in str(e) else ""
+        raise _reworded(e, f"{what} failed on {_where(learn)} ({given}, yb {_shape(learn.yb)}): {e}{hint}") from e
     if preds is not _MODEL and getattr(out, "ndim", None) != 0:
         raise ValueError(f"loss_func must return a scalar tensor, got {_shape(out)} on {_where(learn)}; "
                          "use a mean (e.g. reduction='mean')")

@@ -5,6 +5,7 @@
 # %% ../nbs/03b_recorder.ipynb #de546ed8
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import time
@@ -17,7 +18,7 @@ from .checks import check_int, check_number
 from .metrics import MeanReducer
 
 # %% auto #0
-__all__ = ['n_items', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'smooth', 'Recorder', 'ProgressCallback']
+__all__ = ['n_items', 'summed_loss', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'smooth', 'Recorder', 'ProgressCallback']
 
 # %% ../nbs/03b_recorder.ipynb #207e3c26
 def n_items(yb) -> int:
@@ -27,6 +28,12 @@ def n_items(yb) -> int:
     first = next(iter(yb.values())) if isinstance(yb, dict) else yb[0]
     return n_items(first)
 
+def summed_loss(loss_func) -> bool:
+    "Whether `loss_func` sums over the batch: `reduction='sum'` as its attribute, or as a partial's keyword."
+    if isinstance(loss_func, functools.partial):
+        return loss_func.keywords.get("reduction", "sum" if summed_loss(loss_func.func) else None) == "sum"
+    return getattr(loss_func, "reduction", None) == "sum"
+
 def group_momentum(group: dict) -> float:
     "A parameter group's momentum: `momentum` (SGD, RMSprop) or the first of `betas` (Adam); NaN if neither."
     if "betas" in group:
@@ -34,6 +41,15 @@ def group_momentum(group: dict) -> float:
     if "momentum" in group:
         return float(group["momentum"])
     return math.nan
+
+# %% ../nbs/03b_recorder.ipynb #cf3c99a6
+def _warn_bad_loss(values: list[float], before: list[float]) -> None:
+    "Warn once per run of non-finite training losses: where it starts (counted over every fit), and what to try."
+    bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+    if bad is not None and all(math.isfinite(v) for v in before[-1:]):
+        warnings.warn(f"the training loss is {values[bad]} from training batch {len(before) + bad + 1} "
+                      "(counted over every fit) on: check the data for NaN/inf, lower the LR, or use "
+                      "GradientClipping", RuntimeWarning, stacklevel=3)
 
 # %% ../nbs/03b_recorder.ipynb #72d06981
 class BatchRecorder(Callback):
@@ -53,6 +69,12 @@ class BatchRecorder(Callback):
         self._hyper_of = (None, None)  # the (lr, momentum or betas) objects `_hyper` was read from
         self._epoch_total = 0.0  # weighted sum of this epoch's flushed batch losses
         self._epoch_count = 0  # and the number of items behind it
+        self._summed = False  # whether the loss function sums over the batch: recorded divided by its items
+
+    def on_train_begin(self):
+        self._summed = summed_loss(getattr(self.learn, "loss_func", None))
+
+    on_validate_begin = on_train_begin  # the loss function may have changed between two fits, or before validate()
 
     def on_step_end(self):
         groups = self.learn.opt.param_groups
@@ -69,14 +91,16 @@ class BatchRecorder(Callback):
     def on_batch_end(self):
         learn = self.learn
         if learn.training:
-            self._pending.append(learn.loss)
             yb = learn.yb
-            self._pending_bs.append(yb.shape[0] if type(yb) is torch.Tensor and yb.ndim else n_items(yb))
+            n = yb.shape[0] if type(yb) is torch.Tensor and yb.ndim else n_items(yb)
+            self._pending.append(learn.loss / n if self._summed else learn.loss)
+            self._pending_bs.append(n)
             self.hypers.append(self._hyper)
             if len(self._pending) >= self.flush_every:
                 self.flush()
         else:
-            self.valid_loss.add(learn.loss, n_items(learn.yb))
+            n = n_items(learn.yb)
+            self.valid_loss.add(learn.loss / n if self._summed else learn.loss, n)
             for m in learn.metrics:
                 m.update(learn.preds, learn.yb)
 
@@ -85,11 +109,7 @@ class BatchRecorder(Callback):
         if not self._pending:
             return
         values = torch.stack(self._pending).float().cpu().tolist()
-        bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
-        if bad is not None and all(math.isfinite(v) for v in self.losses[-1:]):  # once per run of bad losses
-            warnings.warn(f"the training loss is {values[bad]} from training batch {len(self.losses) + bad + 1} "
-                          "(counted over every fit) on: check the data for NaN/inf, lower the LR, or use "
-                          "GradientClipping", RuntimeWarning, stacklevel=2)
+        _warn_bad_loss(values, self.losses)
         self.losses.extend(values)
         self._epoch_total = sum((v * n for v, n in zip(values, self._pending_bs)), self._epoch_total)
         self._epoch_count += sum(self._pending_bs)
@@ -108,6 +128,7 @@ class EpochRecorder(BatchRecorder):
         self.epoch_start = time.perf_counter()
 
     def on_train_begin(self):
+        super().on_train_begin()
         self.metric_names = [m.name for m in self.learn.metrics]
 
     def on_epoch_begin(self):
@@ -116,6 +137,7 @@ class EpochRecorder(BatchRecorder):
         self._epoch_count = 0
 
     def on_validate_begin(self):
+        super().on_validate_begin()
         self.last_valid = None
         self.valid_loss.reset()
         for m in self.learn.metrics:
@@ -230,10 +252,14 @@ def _is_log(out) -> bool:
         return False
     return not (hasattr(out, "isatty") and out.isatty())
 
+def _number(value: float) -> str:
+    "A loss or metric for the table: 4 decimals, or 4 significant digits below 0.01 (`1.234e-04`, not `0.0001`)."
+    return f"{value:.3e}" if value != 0 and abs(value) < 0.01 else f"{value:.4f}"
+
 def _epoch_row(row: dict, columns: list[str], n_epochs: int) -> str:
     "One epoch's row of the table: the epoch of `n_epochs`, the values of `columns` between those two, the time."
     cells = [f"{row['epoch'] + 1:>5}/{n_epochs:<6}"]
-    cells += [f"{row[c]:>12.4f}" for c in columns[1:-1]]
+    cells += [f"{_number(row[c]):>12}" for c in columns[1:-1]]
     cells.append(f"{row['time']:>11.2f}s")
     return "  ".join(cells)
 
@@ -288,7 +314,7 @@ class ProgressCallback(Callback):
         of = f"/{learn.epoch_len}" if learn.epoch_len else ""
         ms_per_batch = 1000 * (now - self._last) / self._n
         self._print(f"epoch {learn.epoch + 1}/{learn.n_epochs}  batch {learn.iter + 1}{of}  lr {lr:.4g}  "
-                    f"loss {sum(losses) / len(losses):.4f}  {ms_per_batch:.2f} ms/batch")
+                    f"loss {_number(sum(losses) / len(losses))}  {ms_per_batch:.2f} ms/batch")
         self._n = 0
         self._last = now
 

@@ -52,6 +52,9 @@ class GradientClipping(Callback):
     def on_train_end(self):
         self.learn.clip_fn = self._previous
 
+    def state_dict(self) -> dict:
+        return {}  # last_norm is measured again at the next step: a checkpoint needs nothing from here
+
 # %% ../nbs/08_regularization.ipynb #af47faf6
 class GradientAccumulation(Callback):
     "Step once every `n_batches` batches, on the mean of their gradients; a partial last window is stepped or dropped."
@@ -150,6 +153,9 @@ class MixUp(Callback):
         if self._loss_func is not None:
             self.learn.loss_func = self._loss_func
 
+    def state_dict(self) -> dict:
+        return {}  # lam and shuffle are drawn again from (seed, n_iter): a checkpoint needs nothing from here
+
 # %% ../nbs/08_regularization.ipynb #fea291b5
 class LabelSmoothingCrossEntropy:
     "Cross-entropy against targets smoothed by `eps`: equal to `F.cross_entropy(..., label_smoothing=eps)`."
@@ -219,6 +225,9 @@ class RNNRegularizer(Callback):
         self.raw = None  # the activations of a batch are not kept alive until the next one
         self.dropped = None
 
+    def state_dict(self) -> dict:
+        return {}  # raw and dropped belong to one batch: a checkpoint needs nothing from here
+
 # %% ../nbs/08_regularization.ipynb #4c15144c
 class TerminateOnNaN(Callback):
     "Stop once a training loss was NaN or infinite; checked (one sync) every `check_every` batches and at epoch ends."
@@ -249,3 +258,11 @@ class TerminateOnNaN(Callback):
         if self._bad is not None and bool(self._bad):
             self.stopped_at = (self.learn.epoch, self.learn.iter)
             raise CancelFitException()
+
+    def state_dict(self) -> dict:
+        "Whether a loss since the last check was bad (read now: one sync per checkpoint), and where it stopped."
+        return {"bad": self._bad is not None and bool(self._bad), "stopped_at": self.stopped_at}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._bad = True if state["bad"] else None  # `True | tensor` is a tensor: the next batch ors into it
+        self.stopped_at = state["stopped_at"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 
 import torch
 from torch import nn
@@ -100,6 +101,12 @@ class BPTTBatches:
         self.bptt = check_int("bptt", bptt, 1)
         self.batch_first = batch_first
         self.n_steps = data.shape[1] if batch_first else data.shape[0]  # positions along the stream in each part
+        if bptt >= self.n_steps:  # one window a whole epoch: almost always a stream laid out the other way
+            warnings.warn(f"bptt={bptt} is not shorter than the stream: data {tuple(data.shape)} read with "
+                          f"batch_first={batch_first} has {self.n_steps} positions along it, so an epoch is one "
+                          f"window. If data came from batchify(..., batch_first={not batch_first}), pass "
+                          f"BPTTBatches(data, bptt, batch_first={not batch_first}); else use a smaller bptt",
+                          UserWarning, stacklevel=2)
         self.epoch = 0  # the order does not depend on it: kept so that a checkpoint can name it
         self.start_iter = 0  # the window the next pass starts at
 

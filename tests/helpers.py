@@ -57,6 +57,44 @@ class StopAt(Callback):
             raise CancelFitException()
 
 
+class PrintProgress(Callback):
+    "Prints `fit` when training starts, then `n_iter` after every training batch: a test kills the process on a line."
+    order = 300  # after the Checkpoint and any callback that stops the run
+
+    def on_train_begin(self):
+        print("fit", flush=True)
+
+    def on_batch_end(self):
+        if self.learn.training:
+            print(self.learn.n_iter, flush=True)
+
+
+def resume_if_saved(learn, path) -> dict:
+    "Load the checkpoint at `path` into `learn` if there is one; where the run resumes (`load_checkpoint`), or {}."
+    if path and Path(path).exists():
+        return load_checkpoint(learn, path)["resumes_at"]
+    return {}
+
+
+def kill_and_resume_parser(description: str) -> argparse.ArgumentParser:
+    "A worker's command line: OUT, --epochs, --ckpt and --every; the worker adds its own options."
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("out", help="where to save the results")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--ckpt", help="the checkpoint file")
+    parser.add_argument("--every", type=int, help="checkpoint every this many training batches")
+    return parser
+
+
+def run_results(learn, columns, resumed_from: dict, **extra) -> dict:
+    "What a kill-and-resume test compares: parameters, every batch loss, the epoch `columns`, and where it resumed."
+    rows = learn.recorder.values
+    return {"params": [p.detach().clone() for p in learn.model.parameters()],
+            "losses": torch.tensor(learn.recorder.losses, dtype=torch.float64),
+            "values": {key: torch.tensor([r[key] for r in rows], dtype=torch.float64) for key in columns},
+            "n_iter": learn.n_iter, "resumed_from": resumed_from, **extra}
+
+
 def run_worker(description: str, build_learner, results) -> None:
     "A worker's command line: build the learner (stopping after --stop-at), --resume from a file, fit, save `results`."
     parser = argparse.ArgumentParser(description=description)

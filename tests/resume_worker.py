@@ -2,21 +2,20 @@
 
 It prints `fit` when training starts and the run's `n_iter` after every training batch, and at the end saves
 its final parameters and history to OUT (a plain `torch.save` that loads with `weights_only=True`)."""
-import argparse
 import random
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
 from looplab.callback import Callback, CancelFitException
-from looplab.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from looplab.checkpoint import save_checkpoint
 from looplab.checkpoint_callback import Checkpoint
 from looplab.data import DataLoaders, load_digits
 from looplab.learner import Learner, set_seed
 from looplab.metrics import Accuracy
+from helpers import PrintProgress, kill_and_resume_parser, resume_if_saved, run_results
 
 
 class Noise(Callback):
@@ -72,18 +71,6 @@ class SaveAt(Callback):
             save_checkpoint(self.learn, f"{self.base}-epoch{self.learn.epoch}.pt")
 
 
-class PrintProgress(Callback):
-    "Prints `n_iter` after every training batch, so that a test can kill the process at a chosen moment."
-    order = 300  # after the Checkpoint and StopAfter
-
-    def on_train_begin(self):
-        print("fit", flush=True)
-
-    def on_batch_end(self):
-        if self.learn.training:
-            print(self.learn.n_iter, flush=True)
-
-
 def build_learner(ckpt=None, every=None, at_epoch_end=False, stop_after_batch=None, stop_after_epoch=None,
                   save_at=(), save_at_epoch=(), ballast_mb=0) -> Learner:
     "A learner with dropout, Adam and the Noise callback, identical in every process that builds it."
@@ -103,21 +90,12 @@ def build_learner(ckpt=None, every=None, at_epoch_end=False, stop_after_batch=No
 
 def results(learn: Learner, resumed_from: dict, fit_seconds: float) -> dict:
     "What the tests compare: parameters, every recorded number but times, and where the run resumed from."
-    rows = learn.recorder.values
-    return {"params": [p.detach().clone() for p in learn.model.parameters()],
-            "losses": torch.tensor(learn.recorder.losses, dtype=torch.float64),
-            "values": {key: torch.tensor([r[key] for r in rows], dtype=torch.float64)
-                       for key in ("epoch", "train_loss", "valid_loss", "accuracy")},
-            "draws": learn.cbs[[type(c) for c in learn.cbs].index(Noise)].draws, "n_iter": learn.n_iter,
-            "resumed_from": resumed_from, "fit_seconds": fit_seconds}
+    return run_results(learn, ("epoch", "train_loss", "valid_loss", "accuracy"), resumed_from,
+                       draws=learn.cbs[[type(c) for c in learn.cbs].index(Noise)].draws, fit_seconds=fit_seconds)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("out", help="where to save the results")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--ckpt", help="the checkpoint file")
-    parser.add_argument("--every", type=int, help="checkpoint every this many training batches")
+    parser = kill_and_resume_parser(__doc__)
     parser.add_argument("--at-epoch-end", action="store_true", help="checkpoint at the end of every epoch")
     parser.add_argument("--save-at", type=int, nargs="*", default=[], help="save {ckpt}-batch{n}.pt after these batches")
     parser.add_argument("--save-at-epoch", type=int, nargs="*", default=[], help="save {ckpt}-epoch{e}.pt after these")
@@ -129,10 +107,7 @@ def main() -> None:
     torch.set_num_threads(1)
     learn = build_learner(args.ckpt, args.every, args.at_epoch_end, args.stop_after_batch, args.stop_after_epoch,
                           args.save_at, args.save_at_epoch, args.ballast_mb)
-    resumed_from = {}
-    if args.resume and Path(args.resume).exists():
-        load_checkpoint(learn, args.resume)
-        resumed_from = read_checkpoint(args.resume)["state"]["loop"]
+    resumed_from = resume_if_saved(learn, args.resume)
     start = time.perf_counter()
     learn.fit(args.epochs)
     torch.save(results(learn, resumed_from, time.perf_counter() - start), args.out)

@@ -437,3 +437,38 @@ def test_a_callback_holding_tensors_without_state_dict_is_named_when_a_checkpoin
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         save_checkpoint(learn, tmp_path / "before-fit.pt")  # no tensor held yet (ema None, an empty list): no warning
+
+
+def test_the_kits_callbacks_give_no_unsaved_tensor_warning_but_a_users_does(tmp_path):
+    "GradientClipping (last_norm), MixUp (shuffle), TerminateOnNaN (_bad) define their state; a user's tensor is named."
+    from looplab.learner import Learner
+    from looplab.regularize import GradientClipping, MixUp, TerminateOnNaN
+
+    class KeepsTensor(Callback):
+        def on_batch_end(self):
+            self.last = self.learn.loss
+
+    def saved_warnings(*cbs) -> list[str]:
+        learn = Learner(nn.Linear(64, 10), DataLoaders.from_tensors(*load_digits(), bs=256), cbs=list(cbs),
+                        progress=False)
+        learn.fit(1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            save_checkpoint(learn, tmp_path / "kit.pt")
+        return [str(w.message) for w in caught if w.category is RuntimeWarning]
+
+    kit = [GradientClipping(max_norm=1.0), MixUp(), TerminateOnNaN()]
+    assert saved_warnings(*kit) == []
+    named = saved_warnings(*kit, KeepsTensor())
+    assert len(named) == 1 and "KeepsTensor (last)" in named[0] and "GradientClipping" not in named[0]
+
+
+def test_load_checkpoint_says_where_the_run_resumes_and_the_old_import_path_works(tmp_path):
+    from looplab.checkpoint import Checkpoint as OldPath
+
+    assert OldPath is Checkpoint
+    learn = build_learner(tmp_path / "c.pt", save_at=[7])
+    learn.fit(1)
+    resumed = build_learner(tmp_path / "c.pt")
+    header = load_checkpoint(resumed, tmp_path / "c.pt-batch7.pt")
+    assert header["resumes_at"] == {"epoch": 0, "iter": 7, "n_iter": 7, "n_steps": 7} and header["format_version"] == 1

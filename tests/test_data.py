@@ -189,3 +189,26 @@ def test_epoch_order_alone_is_the_order_and_the_position():
     s = EpochBatchSampler(10, 4, seed=3)
     s.load_state_dict({**o.state_dict(), "type": "EpochBatchSampler"})
     assert torch.equal(s.order(), o.order()) and list(s) == [b.tolist() for b in o.order().split(4)][1:]
+
+
+def test_a_validation_set_leaves_training_bit_identical():
+    "from_tensors' validation loader draws from its own generator: a Learner with dropout trains the same without it."
+    from torch import nn
+    from looplab.learner import Learner, set_seed
+
+    def train(with_valid: bool) -> list:
+        dls = DataLoaders.from_tensors(*load_digits(), bs=64, seed=1)
+        if not with_valid:
+            dls.valid = None
+        set_seed(0)
+        model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 10))
+        learn = Learner(model, dls, lr=0.1, progress=False)
+        learn.fit(3)
+        if with_valid:
+            learn.validate()  # and a pass in between, outside fit
+            learn.fit(4)
+        else:
+            learn.fit(4)
+        return [p.detach().clone() for p in model.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(train(True), train(False)))

@@ -277,3 +277,48 @@ def test_cpu_model_and_cpu_batches_train_on_cuda(make_engine):
                           opt_func=lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9)))
     learn.fit(5)
     assert next(learn.model.parameters()).is_cuda and learn.recorder.values[-1]["valid_loss"] < 0.5
+
+
+def test_amp_float16_step_reads_the_gpu_no_more_than_gradscaler_itself(monkeypatch):
+    "Every Tensor.item (a host sync on a GPU) and get_scale call in optimizer_step, against GradScaler's own recipe."
+    reads = {"item": 0, "get_scale": 0}
+    item, get_scale = torch.Tensor.item, torch.amp.GradScaler.get_scale
+
+    def counted_item(self):
+        reads["item"] += 1
+        return item(self)
+
+    def counted_get_scale(self):
+        reads["get_scale"] += 1
+        return get_scale(self)
+
+    def backward_at(scale, x):
+        torch.manual_seed(0)
+        lin = nn.Linear(4, 1)
+        opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+        engine = AMPEngine(torch.float16, device="cpu", init_scale=scale)
+        with engine.autocast():
+            loss = lin(torch.full((8, 4), x)).float().pow(2).mean()
+        engine.backward_loss(loss, lin, opt)
+        return engine, loss, lin, opt
+
+    for scale, x, steps in ((2.0**10, 1.0, True), (2.0**16, 30.0, False)):  # a clean step; an overflow, skipped
+        engine, loss, lin, opt = backward_at(scale, x)
+        before = lin.weight.detach().clone()
+        monkeypatch.setattr(torch.Tensor, "item", counted_item)
+        monkeypatch.setattr(torch.amp.GradScaler, "get_scale", counted_get_scale)
+        stepped = engine.optimizer_step(loss, lin, opt, clip_fn=lambda params: nn.utils.clip_grad_norm_(params, 1.0))
+        monkeypatch.undo()
+        assert stepped is steps and (not torch.equal(before, lin.weight)) is steps
+        assert engine.scaler.get_scale() == (scale if steps else scale / 2)
+        engine_reads = dict(reads)
+        reads.update(item=0, get_scale=0)
+        engine, loss, lin, opt = backward_at(scale, x)
+        monkeypatch.setattr(torch.Tensor, "item", counted_item)
+        monkeypatch.setattr(torch.amp.GradScaler, "get_scale", counted_get_scale)
+        engine.scaler.unscale_(opt)
+        engine.scaler.step(opt)
+        engine.scaler.update()
+        monkeypatch.undo()
+        assert engine_reads == reads == {"item": 1, "get_scale": 0}, (engine_reads, reads)
+        reads.update(item=0, get_scale=0)

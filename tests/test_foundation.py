@@ -174,3 +174,24 @@ def test_second_fit_continues_with_the_same_optimizer():
     learn.fit(1, lr=0.05)
     assert learn.opt is opt and opt.param_groups[0]["lr"] == 0.05
     assert learn.n_iter == 2 and len(learn.recorder.lrs) == 2 and learn.recorder.lrs == [0.1, 0.05]
+
+
+def test_a_summed_loss_is_recorded_per_item_and_small_losses_keep_their_digits():
+    "reduction='sum' records the history of 'mean' (at an LR too small to move the weights); 1.234e-04, not 0.0001."
+    import io
+
+    def run(loss_func):
+        set_seed(0)
+        learn = Learner(nn.Linear(64, 10), DataLoaders.from_tensors(*load_digits(), bs=64), loss_func=loss_func,
+                        lr=1e-9)
+        learn.progress.file = io.StringIO()
+        learn.fit(1)
+        return learn
+
+    summed = run(nn.CrossEntropyLoss(reduction="sum"))
+    mean = run(nn.CrossEntropyLoss())
+    assert summed.recorder.values[0]["valid_loss"] == pytest.approx(mean.recorder.values[0]["valid_loss"], rel=1e-6)
+    assert summed.recorder.losses == pytest.approx(mean.recorder.losses, rel=1e-5)  # lr 1e-9: the weights barely move
+    from looplab.recorder import _epoch_row
+    row = {"epoch": 0, "train_loss": 1.2341e-4, "valid_loss": 0.25, "time": 1.0}
+    assert _epoch_row(row, ["epoch", "train_loss", "valid_loss", "time"], 1).split()[1:3] == ["1.234e-04", "0.2500"]

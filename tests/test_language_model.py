@@ -126,16 +126,44 @@ def test_without_the_state_in_the_checkpoint_the_resumed_run_differs_and_saving_
     assert len(lost_warnings) == 1 and "CarryUnsaved (state)" in lost_warnings[0]
 
 
-def test_the_port_of_word_language_model_equals_plain_torch():
-    "Same seed, same ops in the same order: bit-identical weights; the test perplexity to float64 rounding."
+def word_language_model_scripts():
+    "examples/word_language_model.py (the port) and word_language_model_plain.py, as modules."
     sys.path.insert(0, str(EXAMPLES))
     try:
         import word_language_model as port
         import word_language_model_plain as plain
     finally:
         sys.path.remove(str(EXAMPLES))
+    return port, plain
+
+
+def test_the_port_of_word_language_model_equals_plain_torch():
+    "Same seed, same ops in the same order: bit-identical weights; the test perplexity to float64 rounding."
+    port, plain = word_language_model_scripts()
     mine = port.main(["--quick"], verbose=False)
     theirs = plain.main(["--quick"], verbose=False)
     assert all(torch.equal(p, q) for p, q in zip(mine["params"], theirs["params"]))
     # the validation mean is summed in another order (the Recorder's float64 tensor; the original's Python floats)
     assert mine["test_ppl"] == pytest.approx(theirs["test_ppl"], rel=1e-12)
+
+
+def test_bptt_batches_warns_on_a_stream_laid_out_the_other_way():
+    "batchify(..., batch_first=False) read batch-first: the bs columns taken for positions, one window an epoch."
+    from looplab.stateful import BPTTBatches, batchify
+
+    stream = torch.arange(2900 * 19)
+    with pytest.warns(UserWarning, match=r"bptt=35 is not shorter than the stream.*batch_first=False"):
+        wrong = BPTTBatches(batchify(stream, 19, batch_first=False), 35)
+    assert len(wrong) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(BPTTBatches(batchify(stream, 19, batch_first=False), 35, batch_first=False)) == 83
+
+
+def test_the_port_anneals_the_lr_as_the_original_does():
+    "A run whose validation loss rises once: TorchScheduler(ReduceLROnPlateau) divides the LR by 4 where main.py does."
+    port, plain = word_language_model_scripts()
+    argv = ["--epochs", "3", "--sentences", "600", "--lr", "40"]  # epoch 2's validation loss is worse than epoch 1's
+    mine = port.main(argv, verbose=False)
+    theirs = plain.main(argv, verbose=False)
+    assert all(torch.equal(p, q) for p, q in zip(mine["params"], theirs["params"]))
