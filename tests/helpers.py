@@ -18,6 +18,21 @@ from looplab.data import DataLoaders
 from looplab.learner import Learner, set_seed
 
 PNG = b"\x89PNG\r\n\x1a\n"  # the first bytes of every PNG file
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's, driven through playwright: never a browser playwright downloads
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def require_chromium(what: str = "the browser test") -> None:
+    "Skip without Chromium, except under CI, where a missing browser is a failure."
+    import pytest  # here, not at the top: the worker scripts that import this module run without pytest
+    if CHROMIUM.exists():
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{CHROMIUM} is missing, and CI is set: {what} must run in CI "
+                    "(apt-get install -y chromium chromium-driver)")
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium chromium-driver); outside CI {what} "
+                "is skipped")
 
 
 def make_dls(n=256, bs=16, valid=True, seed=0):

@@ -22,10 +22,8 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import make_docs  # noqa: E402
+from helpers import CHROMIUM, CHROMIUM_FLAGS, require_chromium  # noqa: E402
 
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 OUT = ROOT / "test-output" / "book"
 SCREENSHOTS = {"index.html": "index.png", "06_schedules.html": "06_schedules.png", "10_gan.html": "10_gan.png"}
 
@@ -39,15 +37,6 @@ PAGE_JS = """() => ({
 })"""
 
 
-def require_chromium() -> None:
-    "Skip without Chromium, except under CI, where a missing browser is a failure."
-    if CHROMIUM.exists():
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"{CHROMIUM} is missing, and CI is set: the book's browser test must run in CI "
-                    "(apt-get install -y chromium chromium-driver)")
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium chromium-driver); outside CI the browser test "
-                "is skipped")
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +68,7 @@ def committed_pictures(stem: str) -> int:
 
 
 def test_book_pages_render_with_their_pictures_and_links(book):
-    require_chromium()
+    require_chromium("the book's browser test")
     from playwright.sync_api import sync_playwright
     base, pages = book
     chapters = sorted(p for p in pages if "/" not in p and p != "index.html")
@@ -89,7 +78,7 @@ def test_book_pages_render_with_their_pictures_and_links(book):
     problems, seen, links = [], {}, set()
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(OUT / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=FLAGS,
+            str(OUT / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
             viewport={"width": 1200, "height": 900})
         try:
             page = context.new_page()
@@ -148,12 +137,12 @@ def test_book_api_pages_list_every_exported_name(book):
 
 def test_an_exercise_solution_is_hidden_until_opened(book):
     "A cell collapsed in JupyterLab (`jupyter.source_hidden`: 04b's exercise solution) is collapsed in the book too."
-    require_chromium()
+    require_chromium("the book's browser test")
     from playwright.sync_api import sync_playwright
     base, _ = book
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(OUT / "chromium-profile-hidden"), executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+            str(OUT / "chromium-profile-hidden"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
         try:
             page = context.new_page()
             page.goto(base + "04b_learner_rules.html", wait_until="load")

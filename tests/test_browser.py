@@ -24,18 +24,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import started
+from helpers import CHROMIUM, CHROMIUM_FLAGS, require_chromium, started
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
 OUT = ROOT / "test-output" / "browser"
 NOTEBOOK = "06a_lr_plot.ipynb"  # its last section trains with the live loss and LR plots
 MARKER = "# the live demo"  # the first line of the cell that trains with both live plots
 DEMO_EPOCHS = "500"  # long enough (over ten seconds) to see the plots at two moments during training
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SETTINGS = {  # JupyterLab user settings: every cell stays in the page, no news, no update checks
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": '{"windowingMode": "none"}',
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
@@ -64,15 +61,6 @@ DEMO_JS = f"""() => {{
 }}"""
 
 
-def require_chromium() -> None:
-    "Skip without Chromium, except under CI, where a missing browser is a failure."
-    if CHROMIUM.exists():
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"{CHROMIUM} is missing, and CI is set: the browser test must run in CI "
-                    "(apt-get install -y chromium chromium-driver)")
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium chromium-driver); outside CI the browser test "
-                "is skipped")
 
 
 def free_port() -> int:
@@ -153,8 +141,8 @@ def test_live_plots_render_and_move_in_jupyterlab(jupyter):
     OUT.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(log_path.parent / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=FLAGS,
-            viewport={"width": 1280, "height": 1000})
+            str(log_path.parent / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
+            args=CHROMIUM_FLAGS, viewport={"width": 1280, "height": 1000})
         try:
             page = context.pages[0] if context.pages else context.new_page()
             page.goto(url, timeout=60_000)

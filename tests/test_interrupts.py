@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import alive, family, started
-from test_browser import require_chromium
+from helpers import alive, family, require_chromium, started
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
