@@ -5,7 +5,8 @@
 The same networks, data, seed and optimizers as examples/dcgan_plain.py (the plain torch twin, whose docstring lists
 what changed from the original); the loop is looplab's, in DCGAN mode (DCGANTrainer): on every batch one critic step
 on real images against the generator's fakes, then one generator step on those same fakes. The progress table shows
-each epoch's gen_loss, crit_loss, D(x) and D(G(z)) (mean logits), from GANColumns."""
+each epoch's gen_loss, crit_loss, D(x) and D(G(z)) (mean probabilities, the sigmoid of the critic's logits), from
+GANColumns."""
 import torch
 
 from looplab.data import DataLoaders

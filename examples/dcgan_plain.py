@@ -72,12 +72,12 @@ def train(epochs: int = 5, bs: int = 64, lr: float = 2e-4, nz: int = 16, seed: i
             netD.zero_grad()
             output = netD(real).view(-1)
             errD_real = F.softplus(-output).mean()  # BCE of logits against the label 1 (real)
-            D_x = output.mean().item()
+            D_x = output.sigmoid().mean().item()  # the probability D gives a real image, as the original prints it
             noise = torch.randn(len(real), nz, 1, 1)
             fake = netG(noise)
             output = netD(fake.detach()).view(-1)
             errD_fake = F.softplus(output).mean()  # against 0 (fake)
-            D_G_z1 = output.mean().item()
+            D_G_z1 = output.sigmoid().mean().item()
             errD = errD_real + errD_fake
             errD.backward()
             optimizerD.step()
@@ -86,11 +86,11 @@ def train(epochs: int = 5, bs: int = 64, lr: float = 2e-4, nz: int = 16, seed: i
             output = netD(fake).view(-1)
             errG = F.softplus(-output).mean()  # fakes labelled real: the non-saturating generator loss
             errG.backward()
-            D_G_z2 = output.mean().item()
+            D_G_z2 = output.sigmoid().mean().item()
             optimizerG.step()
             if verbose and i % 10 == 0:
                 print(f"[{epoch}/{epochs}][{i}/{len(loader)}] Loss_D: {errD.item():.4f} Loss_G: {errG.item():.4f} "
-                      f"D(x): {D_x:.4f} D(G(z)): {D_G_z1:.4f} / {D_G_z2:.4f} (logits)")
+                      f"D(x): {D_x:.4f} D(G(z)): {D_G_z1:.4f} / {D_G_z2:.4f}")
         if verbose:
             print(f"epoch {epoch + 1}: {time.perf_counter() - start:.1f}s")
     return netG, netD

@@ -22,7 +22,8 @@ from .widgets import FigurePlot
 # %% auto #0
 __all__ = ['LOGIT_LOSSES', 'GAN_PRESETS', 'ring_scatter', 'GANModule', 'nonsaturating_gen_loss', 'bce_crit_loss', 'wgan_gen_loss',
            'wgan_crit_loss', 'GANLoss', 'gan_opts', 'clamp_weights', 'gan_split_batch', 'check_noise_size', 'GANFeeder',
-           'GANTrainer', 'FixedGANSwitcher', 'AdaptiveGANSwitcher', 'gan_learner', 'draw_gan_panels', 'GANPanels']
+           'GANTrainer', 'FixedGANSwitcher', 'AdaptiveGANSwitcher', 'GANProgress', 'gan_learner', 'draw_gan_panels',
+           'GANPanels']
 
 # %% ../nbs/10_gan.ipynb #b19f4595
 def ring_scatter(real: torch.Tensor) -> Callable:
@@ -93,8 +94,11 @@ class GANLoss(nn.Module):
         self.gen_loss_func = gen_loss_func  # fake scores -> loss
         self.crit_loss_func = crit_loss_func  # (real scores, fake scores) -> loss
         self.gan_model = gan_model
-        self.real_score = None  # the mean critic score of the last critic batch's real samples: D(x)
-        self.fake_score = None  # and of its fakes: D(G(z))
+        self.real_score = None  # the mean critic score (a logit, for a logits loss) of the last critic batch's reals
+        self.fake_score = None  # and of its fakes
+        self.probs = crit_loss_func in LOGIT_LOSSES  # scores are logits: sigmoid(score) is the probability of "real"
+        self.real_prob = None  # with a logits loss: the mean of sigmoid(score) over the real samples, D(x)
+        self.fake_prob = None  # and over the fakes, D(G(z)); None for other losses (WGAN's scores are no probabilities)
         self.n_checked = 0  # critic batches whose scores all lay in [0, 1]
 
     def critic_loss(self, real_scores: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
@@ -103,6 +107,9 @@ class GANLoss(nn.Module):
         fake_scores = _scores(self.gan_model.critic(fake), "fake samples").float()
         self.real_score = real_scores.detach().mean()
         self.fake_score = fake_scores.detach().mean()
+        if self.probs:
+            self.real_prob = torch.sigmoid(real_scores.detach()).mean()
+            self.fake_prob = torch.sigmoid(fake_scores.detach()).mean()
         if self.crit_loss_func in LOGIT_LOSSES and self.n_checked < self.n_logit_checks:
             self._check_logits(real_scores, fake_scores)
         return self.crit_loss_func(real_scores, fake_scores)
@@ -244,6 +251,24 @@ class GANFeeder(Callback):
             self.learn.model.requires_grad_(True)
 
 # %% ../nbs/10_gan.ipynb #3a94286f
+import random
+
+import numpy as np
+
+def _global_rng_state(device: torch.device) -> tuple:
+    "The global generators a validation pass may draw from: Python's, NumPy's, torch's CPU one, and `device`'s if CUDA."
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda
+
+def _set_global_rng_state(state: tuple, device: torch.device) -> None:
+    "Put back the generators' states read by `_global_rng_state`."
+    python, numpy, cpu, cuda = state
+    random.setstate(python)
+    np.random.set_state(numpy)
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda, device)
+
 class GANTrainer(GANFeeder):
     "Train a GANModule one network per batch (a GANFeeder); validate the generator; record both networks' losses."
     alternates = True  # one network per batch, as a switcher says (notebook 10b's DCGANTrainer trains both)
@@ -265,15 +290,19 @@ class GANTrainer(GANFeeder):
         self.gen_loss = self.crit_loss = None
 
     def on_validate_begin(self):
-        self._valid_noise = torch.Generator().manual_seed(self.valid_seed)  # leaves the training's random numbers alone
+        self._valid_noise = torch.Generator().manual_seed(self.valid_seed)  # noise of its own
+        param = next(self.learn.model.parameters(), None)
+        self._device = torch.device("cpu") if param is None else param.device
+        self._rng_before = _global_rng_state(self._device)  # a DataLoader's iteration draws from the global generator
         self._mode_before = self.learn.model.gen_mode
         self.learn.model.switch(True)  # validation measures the generator's loss, as fastai's GANTrainer does
 
     def on_validate_end(self):
         self.learn.model.switch(self._mode_before)
+        _set_global_rng_state(self._rng_before, self._device)  # training goes on as if it had not validated
 
     def on_validate_cancel(self):
-        self.learn.model.switch(self._mode_before)
+        self.on_validate_end()
 
     def on_batch_end(self):
         super().on_batch_end()
@@ -373,6 +402,10 @@ class AdaptiveGANSwitcher(Callback):
             _trainer(self.learn, switching=True).switch(not gen_mode)
 
 # %% ../nbs/10_gan.ipynb #37fb5e7c
+import sys
+
+from .recorder import ProgressCallback, _is_log
+
 def _adam(params, lr: float) -> torch.optim.Optimizer:
     "Adam with beta1 = 0.5, as DCGAN trains: momentum chases a moving target less."
     return torch.optim.Adam(params, lr=lr, betas=(0.5, 0.999))
@@ -388,14 +421,36 @@ GAN_PRESETS = {
              "clip": 0.01, "opt_func": _rmsprop, "lr": 5e-5},
 }
 
+class GANProgress(ProgressCallback):
+    "A GAN's progress table: `valid_loss` only with validation data, `train_loss` only without a `gen_loss` column."
+    def on_train_begin(self):
+        learn = self.learn
+        if not any(cb is learn.recorder for cb in learn.cbs):
+            raise ValueError("GANProgress prints the rows of learn.recorder, which was removed: "
+                             "keep the recorder attached, or build the learner with progress=False")
+        lines = self.batch_lines if self.batch_lines is not None else _is_log(self.file or sys.stdout)
+        self._lines = lines and learn.engine.is_master_process
+        names = [m.name for m in learn.metrics]
+        train = [] if "gen_loss" in names else ["train_loss"]  # both networks' losses mixed: gen_loss says it apart
+        valid = [] if learn.dls.valid is None else ["valid_loss"]  # no validation data: no column of NaN
+        self.columns = ["epoch", *train, *valid, *names, "time"]
+        self._print("  ".join(f"{c:>12}" for c in self.columns))
+
+_DCGAN_HINT = "pytorch/examples' DCGAN recipe: from looplab.gan_images import DCGANTrainer; trainer_cls=DCGANTrainer"
+
 def gan_learner(generator: nn.Module, critic: nn.Module, dls, preset: str = "standard", noise_size: int | tuple = 2,
                 lr: float | None = None, opt_func: Callable | None = None, switcher: Callback | None = None, cbs=None,
-                engine=None, trainer_cls: type = GANTrainer) -> Learner:
-    "A Learner training `generator` against `critic` on `dls` (real samples, labels or not) with a preset's settings."
+                engine=None, trainer_cls: type = GANTrainer, gen_loss_func: Callable | None = None,
+                crit_loss_func: Callable | None = None, progress: bool = True) -> Learner:
+    "A Learner training `generator` against `critic` on `dls`, as a preset says; DCGAN: `trainer_cls=DCGANTrainer`."
     if preset not in GAN_PRESETS:
-        raise ValueError(f"preset must be one of {sorted(GAN_PRESETS)}, got {preset!r}")
+        raise ValueError(f"preset must be one of {sorted(GAN_PRESETS)}, got {preset!r} ({_DCGAN_HINT})")
     if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, GANTrainer)):
-        raise TypeError(f"trainer_cls must be GANTrainer or a subclass of it (DCGANTrainer), got {trainer_cls!r}")
+        raise TypeError(f"trainer_cls must be GANTrainer or a subclass of it (DCGANTrainer), got {trainer_cls!r} "
+                        f"({_DCGAN_HINT})")
+    for name, func in (("gen_loss_func", gen_loss_func), ("crit_loss_func", crit_loss_func)):
+        if func is not None and not callable(func):
+            raise TypeError(f"{name} must be a function of the critic's scores, or None for the preset's, got {func!r}")
     if not trainer_cls.alternates and switcher is not None:
         raise ValueError(f"{trainer_cls.__name__} trains the critic and then the generator on every batch: there is "
                          f"nothing to switch, so drop switcher={switcher!r} (or use trainer_cls=GANTrainer)")
@@ -405,9 +460,11 @@ def gan_learner(generator: nn.Module, critic: nn.Module, dls, preset: str = "sta
     if trainer_cls.alternates:
         gan_cbs.append(FixedGANSwitcher(p["n_crit"], p["n_gen"]) if switcher is None else switcher)
     opt_func = p["opt_func"] if opt_func is None else opt_func
-    learn = Learner(model, dls, loss_func=GANLoss(p["gen_loss_func"], p["crit_loss_func"], model), opt_func=opt_func,
-                    lr=p["lr"] if lr is None else lr, cbs=[*gan_cbs, *(cbs or [])], engine=engine,
-                    split_batch=gan_split_batch)
+    loss_func = GANLoss(p["gen_loss_func"] if gen_loss_func is None else gen_loss_func,  # explicit ones win
+                        p["crit_loss_func"] if crit_loss_func is None else crit_loss_func, model)
+    learn = Learner(model, dls, loss_func=loss_func, opt_func=opt_func, lr=p["lr"] if lr is None else lr,
+                    cbs=[*gan_cbs, *(cbs or [])], engine=engine, split_batch=gan_split_batch,
+                    progress=GANProgress() if progress else False)
     learn.opts = gan_opts(model, opt_func, learn.lr)  # named before fit, so that a checkpoint can be loaded first
     learn.opt = learn.opts["critic" if trainer_cls.alternates else "generator"]
     return learn

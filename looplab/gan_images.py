@@ -21,7 +21,7 @@ from .metrics import MeanReducer
 from .widgets import LivePlot
 
 # %% auto #0
-__all__ = ['GAN_COLUMNS', 'DCGANTrainer', 'TrainingMean', 'GANColumns', 'digit_grid', 'GANPlot']
+__all__ = ['GAN_COLUMNS', 'SCORE_COLUMNS', 'DCGANTrainer', 'TrainingMean', 'GANColumns', 'digit_grid', 'GANPlot']
 
 # %% ../nbs/10b_gan_images.ipynb #b3fe2ca6
 class DCGANTrainer(GANTrainer):
@@ -72,16 +72,21 @@ class TrainingMean(MeanReducer):
         return math.nan if sum(s[1] for s in per_slot) == 0 else super().cross_slot_reduce(per_slot)
 
 # %% ../nbs/10b_gan_images.ipynb #b2b28364
-GAN_COLUMNS = ("gen_loss", "crit_loss", "D(x)", "D(G(z))")
+GAN_COLUMNS = ("gen_loss", "crit_loss", "D(x)", "D(G(z))")  # a logits loss: D is the mean probability of "real"
+SCORE_COLUMNS = ("gen_loss", "crit_loss", "critic(x)", "critic(G(z))")  # any other (WGAN): the mean raw scores
 
 class GANColumns(Callback):
-    "Each epoch's row gets both networks' mean losses and the critic's mean scores of real (D(x)) and fake (D(G(z))) samples."
+    "Each epoch's row gets both networks' mean losses and what the critic makes of real and fake samples."
     order = 0  # after the GANFeeder noted the batch's losses, before the switcher; after the Recorder wrote the row
 
     def __init__(self):
-        self.columns = {name: TrainingMean(name) for name in GAN_COLUMNS}
+        self.columns = {key: TrainingMean(key) for key in ("gen_loss", "crit_loss", "real", "fake")}
+        self.probs = True  # whether the last two columns are probabilities (D) or raw scores (critic)
 
     def on_train_begin(self):
+        self.probs = bool(getattr(self.learn.loss_func, "probs", False))
+        for column, name in zip(self.columns.values(), GAN_COLUMNS if self.probs else SCORE_COLUMNS):
+            column.name = name
         names = [m.name for m in self.learn.metrics]
         self.learn.metrics.extend(m for m in self.columns.values() if m.name not in names)
 
@@ -99,13 +104,14 @@ class GANColumns(Callback):
             self.columns["gen_loss"].add(feeder.gen_loss, n)
         if feeder.crit_loss is not None:  # the critic's scores of this batch, kept by GANLoss.critic_loss
             self.columns["crit_loss"].add(feeder.crit_loss, n)
-            self.columns["D(x)"].add(learn.loss_func.real_score, n)
-            self.columns["D(G(z))"].add(learn.loss_func.fake_score, n)
+            loss = learn.loss_func
+            self.columns["real"].add(loss.real_prob if self.probs else loss.real_score, n)
+            self.columns["fake"].add(loss.fake_prob if self.probs else loss.fake_score, n)
 
     def on_epoch_end(self):
         row = self.learn.recorder.values[-1]
-        for name, column in self.columns.items():
-            row[name] = _over_ranks(self.learn.engine, column)
+        for column in self.columns.values():
+            row[column.name] = _over_ranks(self.learn.engine, column)
 
     def state_dict(self) -> dict:
         return {name: torch.tensor([float(c.total), c.count], dtype=torch.float64) for name, c in self.columns.items()}
@@ -133,7 +139,7 @@ class GANPlot(LivePlot):
     blit = False  # the samples change everywhere: each draw draws the whole figure
     empty_hint = "train with learn.fit(..., cbs=gan_plot) first"
 
-    def __init__(self, show_samples: Callable, n_samples: int = 256, every_ms: float = 500,
+    def __init__(self, show_samples: Callable, n_samples: int = 256, every_ms: float = 250,
                  figsize: tuple[float, float] = (9.0, 3.5), seed: int = 0, mode: str = "auto", dpi: int = 80):
         if not callable(show_samples):
             raise TypeError(f"show_samples must be a function (ax, fakes) -> None, such as digit_grid, got {show_samples!r}")

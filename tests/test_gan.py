@@ -289,7 +289,7 @@ def test_columns_are_printed_and_each_is_the_epochs_mean():
     learn.progress.file = io.StringIO()
     learn.fit(1)
     header, row_line = learn.progress.file.getvalue().splitlines()[:2]
-    assert header.split() == ["epoch", "train_loss", "valid_loss", "gen_loss", "crit_loss", "D(x)", "D(G(z))", "time"]
+    assert header.split() == ["epoch", "gen_loss", "crit_loss", "D(x)", "D(G(z))", "time"]  # no train_loss, no NaN valid_loss
     row = learn.recorder.values[-1]
     trainer = learn.cbs[[type(c) for c in learn.cbs].index(GANTrainer)]
     for name, rows in (("gen_loss", trainer.gen_losses), ("crit_loss", trainer.crit_losses)):
