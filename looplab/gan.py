@@ -269,7 +269,7 @@ def _set_global_rng_state(state: tuple, device: torch.device) -> None:
     if cuda is not None:
         torch.cuda.set_rng_state(cuda, device)
 
-# %% ../nbs/10_gan.ipynb #53c4b22a
+# %% ../nbs/10_gan.ipynb #3fe0a4b0
 class GANTrainer(GANFeeder):
     "Train a GANModule one network per batch (a GANFeeder); validate the generator; record both networks' losses."
     alternates = True  # one network per batch, as a switcher says (notebook 10b's DCGANTrainer trains both)
@@ -415,7 +415,7 @@ def _rmsprop(params, lr: float) -> torch.optim.Optimizer:
     "RMSprop without momentum, as WGAN trains: its authors found momentum unstable with a clipped critic."
     return torch.optim.RMSprop(params, lr=lr)
 
-# %% ../nbs/10_gan.ipynb #7ea771ef
+# %% ../nbs/10_gan.ipynb #2bc51d33
 GAN_PRESETS = {
     "standard": {"gen_loss_func": nonsaturating_gen_loss, "crit_loss_func": bce_crit_loss, "n_crit": 1, "n_gen": 1,
                  "clip": None, "opt_func": _adam, "lr": 1e-3},
@@ -423,7 +423,7 @@ GAN_PRESETS = {
              "clip": 0.01, "opt_func": _rmsprop, "lr": 5e-5},
 }
 
-# %% ../nbs/10_gan.ipynb #7b7cddc3
+# %% ../nbs/10_gan.ipynb #e9e56dea
 class GANProgress(ProgressCallback):
     "A GAN's progress table: `valid_loss` only with validation data, `train_loss` only without a `gen_loss` column."
     def on_train_begin(self):
@@ -439,7 +439,7 @@ class GANProgress(ProgressCallback):
         self.columns = ["epoch", *train, *valid, *names, "time"]
         self._print("  ".join(f"{c:>12}" for c in self.columns))
 
-# %% ../nbs/10_gan.ipynb #a63ca444
+# %% ../nbs/10_gan.ipynb #56a753b9
 _DCGAN_HINT = "pytorch/examples' DCGAN recipe: from looplab.gan_images import DCGANTrainer; trainer_cls=DCGANTrainer"
 
 def gan_learner(generator: nn.Module, critic: nn.Module, dls, preset: str = "standard", noise_size: int | tuple = 2,

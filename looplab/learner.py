@@ -5,7 +5,10 @@
 # %% ../nbs/04_learner.ipynb #c08e167f
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import islice
 from typing import Callable
 
@@ -18,11 +21,13 @@ from .callback import (Callback, CallbackHandler, CancelBackwardException, Cance
 from .data import default_split_batch, set_seed
 from .engine import AMPEngine, DeviceEngine, move_optimizer_state
 from .errors import _as_engine, _check_learner_args, _checked_backward, _checked_call, _checked_lr
+from .inference import LearnerFiles, LearnerInference
 from .metrics import as_reducers
 from .recorder import ProgressCallback, Recorder
 
 # %% auto #0
-__all__ = ['LearnerBase', 'LearnerSetup', 'BatchLoop', 'FastBatchLoop', 'ValidationLoop', 'EpochLoop', 'PausableLoop', 'Learner']
+__all__ = ['LearnerBase', 'LearnerSetup', 'BatchLoop', 'FastBatchLoop', 'ValidationLoop', 'EpochLoop', 'PausableLoop',
+           'StoppableLoop', 'Learner']
 
 # %% ../nbs/04_learner.ipynb #a3433131
 def _as_list(cbs) -> list:
@@ -350,8 +355,84 @@ class PausableLoop(EpochLoop):
         self._idle_position = (epoch, batch)
         self._resume = (epoch, batch, restore)
 
+# %% ../nbs/04_learner.ipynb #175a58c9
+class _Stop(CancelFitException):
+    "An interrupt asked `fit` to stop: raised between two batches, so each open phase ends with its `_cancel` event."
+
+def _stop_line(learn, interrupt: BaseException) -> str:
+    "Where an interrupt stopped `learn`'s fit, in one line; marks a training batch cut short, and clears its gradients."
+    name = "KeyboardInterrupt" if isinstance(interrupt, _Stop) else type(interrupt).__name__
+    epoch = f"epoch {learn.epoch + 1}/{learn.n_epochs}"
+    batch = f"batch {learn.iter + 1}" + (f"/{learn.epoch_len}" if learn.epoch_len is not None else "")
+    learn._cut_short = learn._phase == "train" and learn.n_iter != learn._done_n_iter
+    learn._stop_asked = False  # a press while on_train_end draws asks again: only a second one cuts it short
+    if learn._cut_short:
+        for opt in learn.opts.values():
+            opt.zero_grad()  # the half batch's gradients must not reach the next fit's first step
+        return (f"fit stopped by {name} inside {batch} of {epoch}, before that batch ended: "
+                "the learner can fit again, but this moment has no exact position to checkpoint (see learn.position)")
+    places = {"train": f"at {epoch}, after {batch}", "validate": f"in the validation of {epoch}",
+              "epoch_end": f"at the end of {epoch}", "idle": "outside the epochs (in on_train_begin or on_train_end)"}
+    return f"fit stopped by {name} {places[learn._phase]}; the learner is consistent: fit again or checkpoint it"
+
+# %% ../nbs/04_learner.ipynb #16213d08
+class StoppableLoop(PausableLoop):
+    "Pausing, plus Stop: during `fit`, an interrupt ends the fit after the current batch, where `position` is exact."
+    stopped: str | None = None  # the line that says where an interrupt stopped the last fit; None if none did
+    _stop_asked = False  # an interrupt came during this fit: stop after the current batch
+    _done_n_iter = 0  # `n_iter` when the last training batch ended (or the fit began)
+    _cut_short = False  # the last fit stopped inside a training batch: no exact position
+
+    @contextmanager
+    def _stop_between_batches(self):
+        "While `fit` runs, the first SIGINT asks for a stop after the batch; the second raises at once."
+        self._stop_asked = False
+        self._cut_short = False
+        self.stopped = None
+        self._done_n_iter = self.n_iter
+        def ask(signum, frame):
+            if self._stop_asked:
+                raise KeyboardInterrupt  # a second press: stop now, wherever the loop is
+            self._stop_asked = True
+        own = (threading.current_thread() is threading.main_thread() and self.engine.world_size == 1
+               and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        previous = signal.signal(signal.SIGINT, ask) if own else None
+        try:
+            yield
+            if self._stop_asked and self.stopped is None:  # pressed in on_train_end, after the epochs
+                self.stopped = _stop_line(self, _Stop())
+        finally:
+            self._stop_asked = False  # validate() after this fit must not stop
+            if own:
+                signal.signal(signal.SIGINT, previous)
+
+    def _do_batch(self) -> None:
+        try:
+            super()._do_batch()
+        except CancelException:
+            self._done_n_iter = self.n_iter  # on_batch_cancel ran: the batch is over
+            raise
+        self._done_n_iter = self.n_iter
+        if self._stop_asked:
+            raise _Stop()  # between two batches: a position a checkpoint resumes exactly
+
+    def _do_epoch(self, first_iter: int, resume) -> None:
+        super()._do_epoch(first_iter, resume)
+        if self._stop_asked:
+            raise _Stop()  # asked during on_epoch_end
+
+    @property
+    def position(self) -> tuple[int, int]:
+        "(epoch, batch) where a run paused now would continue; refused after a stop inside a training batch."
+        if self._cut_short and self._phase == "idle" and self._resume is None:  # a loaded state has its position
+            raise ValueError(f"learn.position has no exact answer: {self.stopped.split(':')[0]}, so the weights, "
+                             "optimizer and random generators hold part of a batch, and a checkpoint of this moment "
+                             "would not resume as the uninterrupted run. Fit again, and checkpoint after a stop "
+                             "between two batches (press Stop once: the fit ends after the current batch)")
+        return super().position
+
 # %% ../nbs/04_learner.ipynb #4b834abb
-class Learner(PausableLoop):
+class Learner(LearnerInference, LearnerFiles, StoppableLoop):
     "A model, its data, loss function, optimizers and engine; `fit` trains them, calling the callbacks at every event."
     def fit(self, n_epochs: int, lr: float | None = None, cbs=None) -> None:
         "Train for `n_epochs` epochs (at LR `lr` if given); `cbs` are attached for this call only."
@@ -363,30 +444,35 @@ class Learner(PausableLoop):
         first_epoch, first_iter, restore = self._resume or (0, 0, None)
         self._resume = None
         self.n_epochs = n_epochs
-        self.model = self.engine.init_components(self.model)
-        try:
-            self._prepare_opts(lr)
-            for opt in self.opts.values():
-                move_optimizer_state(opt)  # to the devices init_components put the parameters on
-            self.cbh("on_train_begin")
-            if self.clip_fn is not None and not callable(self.clip_fn):
-                raise TypeError(f"learn.clip_fn must be None or callable as clip_fn(params), e.g. lambda params: "
-                                f"torch.nn.utils.clip_grad_norm_(params, 1.0); got {self.clip_fn!r}")
-            if restore is not None and first_epoch >= n_epochs:
-                restore()
-            for epoch in range(first_epoch, n_epochs):
-                self.epoch = epoch
-                self._do_epoch(first_iter if epoch == first_epoch else 0, restore if epoch == first_epoch else None)
-        except CancelFitException:
-            pass
-        finally:
-            self._idle_position = self.position
-            self._phase = "idle"
+        with self._stop_between_batches():
+            self.model = self.engine.init_components(self.model)
             try:
-                self.cbh("on_train_end")
+                self._prepare_opts(lr)
+                for opt in self.opts.values():
+                    move_optimizer_state(opt)  # to the devices init_components put the parameters on
+                self.cbh("on_train_begin")
+                if self.clip_fn is not None and not callable(self.clip_fn):
+                    raise TypeError(f"learn.clip_fn must be None or callable as clip_fn(params), e.g. lambda params: "
+                                    f"torch.nn.utils.clip_grad_norm_(params, 1.0); got {self.clip_fn!r}")
+                if restore is not None and first_epoch >= n_epochs:
+                    restore()
+                for epoch in range(first_epoch, n_epochs):
+                    self.epoch = epoch
+                    self._do_epoch(first_iter if epoch == first_epoch else 0, restore if epoch == first_epoch else None)
+            except (KeyboardInterrupt, _Stop) as interrupt:
+                self.stopped = _stop_line(self, interrupt)
+            except CancelFitException:
+                pass
             finally:
-                self.model = self.engine.deinit_components(self.model)
-                self.cbh.remove(*fit_cbs)
+                self._idle_position = self.position
+                self._phase = "idle"
+                try:
+                    self.cbh("on_train_end")
+                finally:
+                    self.model = self.engine.deinit_components(self.model)
+                    self.cbh.remove(*fit_cbs)
+        if self.stopped is not None:  # an interrupt stopped the fit, and every `finally` above has run
+            raise KeyboardInterrupt(self.stopped) from None  # one line, not the traceback through the loop
 
     def validate(self, dl=None) -> dict:
         "Run one validation pass (on `dls.valid` or `dl`) with the callbacks; return the loss and metrics."
