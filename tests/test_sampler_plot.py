@@ -178,7 +178,9 @@ def test_the_png_is_figsize_times_dpi_and_keeps_its_size_across_epochs(kind, n_r
     else:
         assert (width, height) == (figsize[0] * dpi, figsize[1] * dpi)
     sizes = {sampler_plot._png_size(_png(plot.plot(epoch))) for epoch in [None, 0, 1, 2]}
-    assert sizes == {(round(width), round(height))}
+    assert len(sizes) == 1  # one size, whichever epoch is shown
+    (png_width, png_height), = sizes  # matplotlib before 3.8 truncates a fractional pixel: 227.99... gives 227
+    assert abs(png_width - width) < 1 and abs(png_height - height) < 1, (sizes, width, height)
 
 
 def test_the_selector_shows_each_picture_at_its_natural_size(monkeypatch):
@@ -189,8 +191,8 @@ def test_the_selector_shows_each_picture_at_its_natural_size(monkeypatch):
         selector.value = value
         assert picture.value == _png(plot.plot(None if value == -1 else value))
         shown.append((picture.width, picture.height))
-    width, height = plot.plot().get_size_inches() * plot.dpi
-    assert shown == [(str(round(width)), str(round(height)))] * 4  # the img's own size: a VBox does not stretch it
+    png_width, png_height = sampler_plot._png_size(_png(plot.plot()))
+    assert shown == [(str(png_width), str(png_height))] * 4  # the img's own size: a VBox does not stretch it
 
 
 @pytest.mark.parametrize("kind", ["scatter", "grid"])
