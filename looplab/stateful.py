@@ -90,6 +90,16 @@ def batchify(ids: torch.Tensor, bs: int, batch_first: bool = True) -> torch.Tens
     parts = ids[:n * bs].view(bs, n)
     return parts.contiguous() if batch_first else parts.t().contiguous()
 
+# %% ../nbs/08c_language_model.ipynb #66c27c2d
+def _warn_if_one_window(data: torch.Tensor, bptt: int, batch_first: bool, n_steps: int) -> None:
+    "Warn when `bptt` covers the whole stream: one window an epoch, almost always a stream laid out the other way."
+    if bptt >= n_steps:
+        warnings.warn(f"bptt={bptt} is not shorter than the stream: data {tuple(data.shape)} read with "
+                      f"batch_first={batch_first} has {n_steps} positions along it, so an epoch is one "
+                      f"window. If data came from batchify(..., batch_first={not batch_first}), pass "
+                      f"BPTTBatches(data, bptt, batch_first={not batch_first}); else use a smaller bptt",
+                      UserWarning, stacklevel=3)
+
 # %% ../nbs/08c_language_model.ipynb #87dc8967
 class BPTTBatches:
     "The windows of a batchified stream, in order: `x` of `bptt` steps, `y` the next token of each, flattened."
@@ -101,12 +111,7 @@ class BPTTBatches:
         self.bptt = check_int("bptt", bptt, 1)
         self.batch_first = batch_first
         self.n_steps = data.shape[1] if batch_first else data.shape[0]  # positions along the stream in each part
-        if bptt >= self.n_steps:  # one window a whole epoch: almost always a stream laid out the other way
-            warnings.warn(f"bptt={bptt} is not shorter than the stream: data {tuple(data.shape)} read with "
-                          f"batch_first={batch_first} has {self.n_steps} positions along it, so an epoch is one "
-                          f"window. If data came from batchify(..., batch_first={not batch_first}), pass "
-                          f"BPTTBatches(data, bptt, batch_first={not batch_first}); else use a smaller bptt",
-                          UserWarning, stacklevel=2)
+        _warn_if_one_window(data, bptt, batch_first, self.n_steps)
         self.epoch = 0  # the order does not depend on it: kept so that a checkpoint can name it
         self.start_iter = 0  # the window the next pass starts at
 

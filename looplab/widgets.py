@@ -354,6 +354,15 @@ class LivePlotCore(FigurePlot):
         self._fill(fig, self._artists(fig), grow=False)
         return fig
 
+# %% ../nbs/05_live_plots.ipynb #2e9e83e0
+def _nothing_drawn(name: str, failure: str | None, drawing: bool) -> str:
+    "What a live plot's output says in place of a picture it never drew: the failure, a close, or no batch."
+    if failure is not None:
+        return failure
+    if not drawing:
+        return f"{name} was closed before its first picture: plot() draws what it collected"
+    return f"{name} has nothing to draw: the fit ended before its first training batch"
+
 # %% ../nbs/05_live_plots.ipynb #0f0b2712
 class LivePlot(LivePlotCore, Callback):
     "A callback that draws a live figure while training, or writes a progress line where nothing shows it; it never stops training."
@@ -403,13 +412,7 @@ class LivePlot(LivePlotCore, Callback):
         "Where the live figure was never drawn, put a line in its place that says why: never a stale placeholder."
         if self.live is None or self.live.n_draws > 0:
             return
-        name = type(self).__name__
-        if self._failure is not None:
-            text = self._failure
-        elif not self._drawing:
-            text = f"{name} was closed before its first picture: plot() draws what it collected"
-        else:
-            text = f"{name} has nothing to draw: the fit ended before its first training batch"
+        text = _nothing_drawn(type(self).__name__, self._failure, self._drawing)
         if text == self.live.noted:  # said already
             return
         try:
