@@ -90,7 +90,7 @@ def batchify(ids: torch.Tensor, bs: int, batch_first: bool = True) -> torch.Tens
     parts = ids[:n * bs].view(bs, n)
     return parts.contiguous() if batch_first else parts.t().contiguous()
 
-# %% ../nbs/08c_language_model.ipynb #66c27c2d
+# %% ../nbs/08c_language_model.ipynb #ba3e20b3
 def _warn_if_one_window(data: torch.Tensor, bptt: int, batch_first: bool, n_steps: int) -> None:
     "Warn when `bptt` covers the whole stream: one window an epoch, almost always a stream laid out the other way."
     if bptt >= n_steps:

@@ -354,7 +354,7 @@ class LivePlotCore(FigurePlot):
         self._fill(fig, self._artists(fig), grow=False)
         return fig
 
-# %% ../nbs/05_live_plots.ipynb #2e9e83e0
+# %% ../nbs/05_live_plots.ipynb #52cf006e
 def _nothing_drawn(name: str, failure: str | None, drawing: bool) -> str:
     "What a live plot's output says in place of a picture it never drew: the failure, a close, or no batch."
     if failure is not None:
