@@ -166,14 +166,18 @@ def test_an_interrupt_inside_a_batch_refuses_the_checkpoint(tmp_path):
 
 SCRIPT = """
 import sys
+import time
 sys.path.insert(0, {tests!r})
 from helpers import make_learner
 from looplab.callback import Callback
 
 class Ready(Callback):
+    "Says so at batch 3, then slows the first epoch's batches, so the press lands in training however loaded the machine."
     def on_batch_end(self):
         if self.learn.n_iter == 3:
             print("training", flush=True)
+        if self.learn.epoch == 0 and self.learn.training and self.learn.n_iter >= 3:
+            time.sleep(0.2)
 
 learn = make_learner(cbs=[Ready()])
 fits = 0
