@@ -385,6 +385,10 @@ def load_checkpoint(learn, path: str | os.PathLike) -> dict:
     "Load `path` into `learn`, so that its next `fit` continues exactly; return the header, with `resumes_at`."
     path = _as_path(path)
     ckpt = read_checkpoint(path)
+    if "loop" not in ckpt["state"]:  # what learn.save writes: weights (and optimizers), no position in a run
+        raise CheckpointError(f"{str(path)!r} holds weights saved by learn.save, not a whole run to resume: load "
+                              "it with learn.load(path) (with_opt=True for the optimizers too); save_checkpoint and "
+                              "the Checkpoint callback write runs that load_checkpoint resumes; nothing was loaded")
     errors = (ValueError, RuntimeError, KeyError, TypeError)
     try:
         _check_fits(learn, ckpt["state"])

@@ -6,14 +6,15 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Callable
 
 import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'move_optimizer_state',
-           'check_autocast', 'AMPEngine']
+__all__ = ['available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'needs_closure', 'step_closure',
+           'closure_refusal', 'move_optimizer_state', 'check_autocast', 'AMPEngine']
 
 # %% ../nbs/04_engine.ipynb #eff92b36
 def available_devices() -> list[str]:
@@ -178,16 +179,57 @@ class DeviceEngine(Engine):
         "Backpropagate `loss`; `sync_grads=False` (accumulation batches) lets a DDP engine skip its all-reduce."
         loss.backward()
 
-    def optimizer_step(self, loss, model: nn.Module, optimizer, clip_fn: Callable | None = None) -> bool:
-        "Clip the gradients with `clip_fn(params)` if given, then step; return whether the parameters moved."
+    def optimizer_step(self, loss, model: nn.Module, optimizer, clip_fn: Callable | None = None,
+                       closure: Callable | None = None) -> bool:
+        "Clip the gradients with `clip_fn(params)` if given, then step (through `closure`, see `step_closure`); return whether the parameters moved."
         if clip_fn is not None:
             clip_fn([p for group in optimizer.param_groups for p in group["params"]])
-        optimizer.step()
+        if closure is None:
+            optimizer.step()
+        else:
+            optimizer.step(step_closure(loss, closure, clip_fn, optimizer, self.sync_tensor))
         return True
 
     def zero_grad(self, loss, model: nn.Module, optimizer) -> None:
         "Forget the gradients (set them to None)."
         optimizer.zero_grad()
+
+# %% ../nbs/04_engine.ipynb #1ed3eb93
+def needs_closure(optimizer) -> bool:
+    "Whether `optimizer.step` must be given a closure that evaluates the loss again (LBFGS): `closure` without a default."
+    try:
+        parameter = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):  # a step without a readable signature (a C extension): it takes none
+        return False
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+def step_closure(loss, evaluate: Callable, clip_fn: Callable | None, optimizer, sync_tensor: Callable) -> Callable:
+    "The closure `optimizer.step` calls: `loss` the first time (its backward ran), then `evaluate()` with clipped gradients."
+    first = [True]
+
+    def closure():  # the loss it returns is the mean over processes: every rank decides the same next evaluation
+        if first[0]:
+            first[0] = False
+            return sync_tensor(loss.detach(), "mean")
+        value = evaluate()
+        if clip_fn is not None:
+            clip_fn([p for group in optimizer.param_groups for p in group["params"]])
+        return sync_tensor(value, "mean")
+    return closure
+
+
+def closure_refusal(engine, optimizer) -> str | None:
+    "Why `engine` cannot step `optimizer` through a closure, or None if it can."
+    if getattr(engine, "scaler", None) is not None:
+        return (f"{type(optimizer).__name__} steps with a closure that evaluates the loss again, and {engine!r} "
+                "scales the float16 loss with a GradScaler, which cannot step through a closure: train in full "
+                "precision (DeviceEngine) or with AMPEngine(torch.bfloat16), which needs no loss scale")
+    if "closure" not in inspect.signature(engine.optimizer_step).parameters:
+        return (f"{type(optimizer).__name__} steps with a closure that evaluates the loss again, and "
+                f"{type(engine).__name__}.optimizer_step(loss, model, optimizer, clip_fn) takes none: add "
+                "`closure=None` to it and hand it on to DeviceEngine.optimizer_step (or to optimizer.step)")
+    return None
 
 # %% ../nbs/04_engine.ipynb #1ea6ba2e
 def move_optimizer_state(optimizer) -> None:
@@ -230,10 +272,13 @@ class AMPEngine(DeviceEngine):
         "Backpropagate the scaled loss (float16), so that small gradients survive."
         (loss if self.scaler is None else self.scaler.scale(loss)).backward()
 
-    def optimizer_step(self, loss, model: nn.Module, optimizer, clip_fn: Callable | None = None) -> bool:
+    def optimizer_step(self, loss, model: nn.Module, optimizer, clip_fn: Callable | None = None,
+                       closure: Callable | None = None) -> bool:
         "Unscale, clip the true gradients, step unless they hold inf/NaN; return whether the parameters moved."
         if self.scaler is None:
-            return super().optimizer_step(loss, model, optimizer, clip_fn)
+            return super().optimizer_step(loss, model, optimizer, clip_fn, closure)
+        if closure is not None:
+            raise ValueError(closure_refusal(self, optimizer))
         self.scaler.unscale_(optimizer)
         if clip_fn is not None:
             clip_fn([p for group in optimizer.param_groups for p in group["params"]])

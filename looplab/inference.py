@@ -87,7 +87,7 @@ class LearnerInference:
         return self.split_batch(self.engine.sync_device(batch) if self.engine.moves_batches else batch)
 
     def get_preds(self, dl=None) -> tuple:
-        "(predictions, targets) over `dl` (default `dls.valid`), on the CPU; targets None if the batches have none."
+        "(predictions, targets) over `dl` (default `dls.valid`), on the CPU; targets None if the batches have none. Under DDP: this process's shard of `dls.valid`."
         dl = self.dls.valid if dl is None else dl
         if dl is None:
             raise ValueError("get_preds has no data: dls.valid is None and no dl was given; pass get_preds(dl=loader)")

@@ -19,7 +19,7 @@ from .callback import (Callback, CallbackHandler, CancelBackwardException, Cance
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException)
 from .data import default_split_batch, set_seed
-from .engine import AMPEngine, DeviceEngine, move_optimizer_state
+from .engine import AMPEngine, DeviceEngine, closure_refusal, move_optimizer_state, needs_closure
 from .errors import _as_engine, _check_learner_args, _checked_backward, _checked_call, _checked_lr
 from .inference import LearnerFiles, LearnerInference
 from .metrics import as_reducers
@@ -133,6 +133,10 @@ class LearnerSetup(LearnerBase):
             self.create_opt()
         if self.opt is None:
             self.opt = next(iter(self.opts.values()))
+        self._closure_opts = tuple(opt for opt in self.opts.values() if needs_closure(opt))  # LBFGS and kin
+        for opt in self._closure_opts:
+            if closure_refusal(self.engine, opt) is not None:
+                raise ValueError(closure_refusal(self.engine, opt))
         if lr is not None:
             self.lr = _checked_lr(lr)
             for opt in self.opts.values():  # every optimizer: a GAN's generator and critic alike
@@ -154,6 +158,7 @@ class LearnerSetup(LearnerBase):
 # %% ../nbs/04_learner.ipynb #924453ea
 class BatchLoop(LearnerSetup):
     "The Learner's state, plus one batch: forward, loss, backward, step, zero_grad, with their events."
+    _closure_opts = ()  # the optimizers whose step takes a closure: set by `_prepare_opts` at every fit
     def _do_batch(self) -> None:
         try:
             self.cbh("on_batch_begin")
@@ -191,7 +196,10 @@ class BatchLoop(LearnerSetup):
         self.step_skipped = False
         try:
             self.cbh("on_step_begin")
-            self.step_skipped = not self.engine.optimizer_step(self.loss_grad, self.model, self.opt, self.clip_fn)
+            if self.opt in self._closure_opts:  # LBFGS and kin: the step evaluates the batch again
+                self.step_skipped = not _closure_step(self)
+            else:
+                self.step_skipped = not self.engine.optimizer_step(self.loss_grad, self.model, self.opt, self.clip_fn)
             if self.step_skipped:
                 raise CancelStepException()
             self.n_steps += 1
@@ -210,6 +218,21 @@ class BatchLoop(LearnerSetup):
             self.cbh("on_zero_grad_cancel")
             if not isinstance(cancel, CancelZeroGradException):
                 raise  # a broader cancel: on to the enclosing phase
+
+# %% ../nbs/04_learner.ipynb #4a295064
+def _closure_step(learn) -> bool:
+    "Step `learn.opt` through a closure that evaluates the current batch again, with its events; say whether it stepped."
+    first = learn.preds, learn.loss_grad
+
+    def evaluate():
+        learn.engine.zero_grad(learn.loss_grad, learn.model, learn.opt)
+        learn._forward()
+        learn._backward()
+        return learn.loss_grad.detach()
+    try:
+        return learn.engine.optimizer_step(learn.loss_grad, learn.model, learn.opt, learn.clip_fn, closure=evaluate)
+    finally:
+        learn.preds, learn.loss_grad = first
 
 # %% ../nbs/04_learner.ipynb #51358c33
 _PLAIN_ENGINE = ("before_forward", "autocast", "backward_loss", "zero_grad")  # what the fast path does itself

@@ -233,3 +233,20 @@ def ordered_run(log, ckpt=None, stop_at=None, resume=False, n_epochs=2):
         load_checkpoint(learn, ckpt)
     learn.fit(n_epochs)
     return {k: v.clone() for k, v in learn.model.state_dict().items()}, [r["valid_loss"] for r in learn.recorder.values]
+
+
+def ddp_lbfgs_params(n_epochs):
+    "Train the toy model under DDP with LBFGS; return the parameters and each step's count of closure evaluations."
+    learn = toy_learner(DistributedDataParallelEngine(device="cpu"))
+    learn.opt_func = partial(torch.optim.LBFGS, max_iter=4)
+    evaluations = []
+
+    class Count(Callback):
+        def on_batch_begin(self):
+            evaluations.append(0)
+
+        def on_backward_end(self):
+            evaluations[-1] += 1
+
+    learn.fit(n_epochs, cbs=Count())
+    return {k: v.clone() for k, v in learn.model.state_dict().items()}, evaluations

@@ -196,6 +196,18 @@ def test_load_takes_the_weights_of_a_checkpoint(tmp_path):
     assert same(weights(learn), weights(fresh))
 
 
+def test_load_checkpoint_on_a_weights_file_points_to_learn_load(tmp_path):
+    from looplab.checkpoint import load_checkpoint
+    learn = digits_learner()
+    learn.fit(1)
+    learn.save(tmp_path / "w.pt", with_opt=True)
+    fresh = digits_learner()
+    before = weights(fresh)
+    refuses(lambda: load_checkpoint(fresh, tmp_path / "w.pt"), CheckpointError, "weights saved by learn.save",
+            "learn.load(path)", "nothing was loaded")
+    assert same(before, weights(fresh))
+
+
 def test_load_refuses_a_damaged_file(tmp_path):
     learn = digits_learner()
     path = learn.save(tmp_path / "w.pt")
