@@ -3,12 +3,14 @@
 
 Every page loads, every picture on it has loaded (`naturalWidth > 0`) and there are as many as the notebook's
 committed outputs hold, no page shows matplotlib's bare `<Figure size ...>` text, every link between pages resolves,
-and each notebook page links to the previous and the next one. Screenshots of the index, 06's and 10's pages go to
-test-output/book/."""
+and each notebook page links to the previous and the next one. The math is drawn as math (MathML written when the book
+is built): no page's prose shows `$…$` TeX, and no page asks for anything but the book's own files. Screenshots of
+the index, 06's and 10's pages, and of 09's math, go to test-output/book/."""
 import functools
 import http.server
 import json
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -153,3 +155,76 @@ def test_an_exercise_solution_is_hidden_until_opened(book):
             assert solution.is_visible()
         finally:
             context.close()
+
+
+# A page's prose: its text without code (cell inputs, code spans and blocks, printed outputs) and without the math
+# already drawn; what is left must hold no TeX between dollars.
+PROSE_JS = """() => {
+  const body = document.body.cloneNode(true);
+  body.querySelectorAll('pre, code, math, script, style, .jp-CodeCell .jp-InputArea').forEach(e => e.remove());
+  const math = Array.from(document.querySelectorAll('math'));
+  return {prose: body.textContent,
+          math: math.map(m => ({mathml: m instanceof MathMLElement, width: m.getBoundingClientRect().width,
+                                text: m.textContent}))};
+}"""
+RAW_TEX = re.compile(make_docs.INLINE_MATH.replace("?P<math_inline_tex>", "") + r"|\$\$.+?\$\$", re.S)
+
+
+def math_spans(stem: str) -> int:
+    "How many `$…$` and `$$…$$` spans the notebook's markdown holds, code spans left out."
+    nb = nbformat.read(ROOT / "nbs" / f"{stem}.ipynb", as_version=4)
+    text = "\n".join(re.sub(r"`[^`]*`", "", c.source) for c in nb.cells if c.cell_type == "markdown")
+    return len(RAW_TEX.findall(text))
+
+
+def test_the_book_writes_math_as_mathml_and_leaves_dollars_alone():
+    "TeX between dollars becomes MathML; money, an escaped dollar and code keep their dollars; unknown TeX is refused."
+    html = make_docs.markdown_html("Below $2^{-14}$ or $1/(3\\,\\text{fan\\_in})$:\n\n$$\\frac{a}{b_i}$$")
+    assert html.count("<math ") == 3 and 'display="block"' in html and "$" not in html
+    assert "<msup><mn>2</mn><mrow><mo>&#x02212;</mo><mn>14</mn></mrow></msup>" in html
+    assert "<mtext>fan_in</mtext>" in html and "<mfrac>" in html
+    money = make_docs.markdown_html("It costs $5 and $10, or \\$3; run `echo $HOME $PATH` or\n\n```\nx = \"$a$\"\n```")
+    assert "<math" not in money and "It costs $5 and $10, or $3" in money
+    assert "<code>echo $HOME $PATH</code>" in money and "$a$" in money
+    with pytest.raises(ValueError, match=r"uses \\foo, which latex2mathml cannot turn into MathML"):
+        make_docs.markdown_html("the $\\foo x$ here")
+
+
+def test_book_math_renders_and_nothing_is_fetched_from_the_network(book):
+    "No page's prose shows raw `$…$` TeX; 09's page draws its math as MathML; every request stays on the book's server."
+    require_chromium("the book's browser test")
+    from playwright.sync_api import sync_playwright
+    base, pages = book
+    OUT.mkdir(parents=True, exist_ok=True)
+    requests, raw, drawn = [], {}, {}
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(OUT / "chromium-profile-math"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 1200, "height": 900})
+        try:
+            page = context.new_page()
+            page.on("request", lambda request: requests.append(request.url))
+            for name in pages:
+                page.goto(base + name, wait_until="load")
+                info = page.evaluate(PROSE_JS)
+                found = RAW_TEX.findall(info["prose"])
+                if found:
+                    raw[name] = found[:3]
+                drawn[name] = info["math"]
+            page.goto(base + "09_mixed_precision.html", wait_until="load")
+            cells = page.locator(".jp-MarkdownCell")
+            counts = [cells.nth(i).locator("math").count() for i in range(cells.count())]
+            cells.nth(counts.index(max(counts))).screenshot(path=str(OUT / "09_math.png"))
+        finally:
+            context.close()
+    assert not raw, f"pages showing TeX as text: {raw}"
+    outside = [url for url in requests if urlparse(url).scheme not in ("data", "about", "blob")
+               and urlparse(url).netloc != urlparse(base).netloc]
+    assert not outside, f"the book fetched from the network: {outside[:5]}"
+    math = drawn["09_mixed_precision.html"]
+    assert len(math) == math_spans("09_mixed_precision") >= 20, (len(math), math_spans("09_mixed_precision"))
+    assert all(m["mathml"] and m["width"] > 0 for m in math), [m for m in math if not m["width"]][:3]
+    assert math[0]["text"] == "2\u221214"  # $2^{-14}$: a 2 with a raised minus 14
+    for name in pages:  # every notebook's math is drawn, as many elements as it has spans
+        if "/" not in name and name != "index.html":
+            assert len(drawn[name]) == math_spans(name[:-len(".html")]), name

@@ -8,6 +8,9 @@ Usage: make_docs.py [OUT_DIR]
 - `api/<module>.html`: each module's exported names, their signatures and docstrings, and the comments on their
   parameters (what nbdev's `show_doc` gives).
 
+Math in the markdown (`$…$`, `$$…$$`) becomes MathML when the book is built (latex2mathml), which the browser draws
+itself: the pages load no script and fetch nothing from the network.
+
 The notebooks are not executed: the book shows what `./tools/tour.sh --headless --save` wrote into them."""
 from __future__ import annotations
 
@@ -27,8 +30,10 @@ from pathlib import Path
 
 import nbformat
 from fastcore.docments import docments
+from jinja2 import pass_context
+from latex2mathml.converter import convert as latex_to_mathml
 from nbconvert import HTMLExporter
-from nbconvert.filters.markdown_mistune import markdown2html_mistune
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath, MathInlineParser
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "book"
@@ -87,8 +92,62 @@ def link_names(body: str, stems: set[str], modules: set[str], root: str) -> str:
     return re.sub(r"<code>([A-Za-z0-9_.]+)</code>", replace, body)
 
 
+# --- math as MathML -------------------------------------------------------------------------------------------
+
+# `$…$` is math when the `$` that opens it is followed by a non-space and the one that closes it follows a non-space
+# and is not followed by a digit (pandoc's rule): "$5 and $10" stays money; `\$` is a literal dollar; a code span
+# or block is never read for math.
+INLINE_MATH = r"(?s:(?<![$\\])\$(?=[^\s$])(?P<math_inline_tex>.+?)(?<=[^\s$\\])\$(?!\d))"
+UNKNOWN_COMMAND = re.compile(r"<m(?:i|o|n|text)>\\[A-Za-z]+")  # a command latex2mathml passed through as text
+TEXT_ESCAPE = re.compile(r"\\([_%$&#{}])")  # `\_` in `\text{fan\_in}` is an underscore
+
+
+def tex_to_mathml(tex: str, display: str = "inline") -> str:
+    "`tex` (the inside of `$…$`, or of `$$…$$` with `display='block'`) as a MathML `<math>` element."
+    mathml = latex_to_mathml(tex.strip(), display=display)
+    unknown = UNKNOWN_COMMAND.search(mathml)
+    if unknown:
+        raise ValueError(f"the math ${tex}$ uses {unknown.group(0).split('>')[1]}, which latex2mathml cannot turn "
+                         "into MathML: write it with commands it knows (\\frac, \\text, \\cdot, ^, _, ...)")
+    return re.sub(r"<mtext>.*?</mtext>", lambda text: TEXT_ESCAPE.sub(r"\1", text.group(0)), mathml)
+
+
+class _BookMathParser(MathInlineParser):
+    "nbconvert's inline parser with pandoc's rule for `$…$`."
+    SPECIFICATION = {**MathInlineParser.SPECIFICATION, "inline_math_tex": INLINE_MATH}
+
+
+class MathMLRenderer(IPythonRenderer):
+    "nbconvert's markdown renderer, with TeX turned into MathML instead of left for MathJax."
+    def inline_math(self, body: str) -> str:
+        return tex_to_mathml(body)
+
+    def block_math(self, body: str) -> str:
+        return tex_to_mathml(body, display="block")
+
+    def latex_environment(self, name: str, body: str) -> str:
+        return tex_to_mathml(f"\\begin{{{name}}}{body}\\end{{{name}}}", display="block")
+
+
+def markdown_html(source: str, **renderer_options) -> str:
+    "Markdown as HTML, its math as MathML."
+    renderer = MathMLRenderer(escape=False, **renderer_options)
+    return MarkdownWithMath(renderer=renderer, inline=_BookMathParser(hard_wrap=False)).render(source)
+
+
+class BookExporter(HTMLExporter):
+    "nbconvert's HTML exporter, whose markdown cells and outputs carry their math as MathML."
+    @pass_context
+    def markdown2html(self, context, source):
+        cell = context.get("cell", {})
+        path = context.get("resources", {}).get("metadata", {}).get("path", "")
+        return markdown_html(source, attachments=cell.get("attachments", {}), embed_images=self.embed_images,
+                             path=path, anchor_link_text=self.anchor_link_text,
+                             exclude_anchor_links=self.exclude_anchor_links, **self.lexer_options)
+
+
 def exporter() -> HTMLExporter:
-    exp = HTMLExporter(template_name="lab", template_file="page.html.j2", extra_template_paths=[str(TEMPLATES)],
+    exp = BookExporter(template_name="lab", template_file="page.html.j2", extra_template_paths=[str(TEMPLATES)],
                         exclude_input_prompt=True, exclude_output_prompt=True, embed_images=True)
     exp.log.setLevel(logging.ERROR)  # not a warning per picture that its output carries no alt text
     return exp
@@ -105,7 +164,7 @@ def notebook_page(exp: HTMLExporter, nb, name: str, book: dict) -> str:
 # --- the API pages --------------------------------------------------------------------------------------------
 
 def _md(text: str) -> str:
-    return markdown2html_mistune(inspect.cleandoc(text)) if text else ""
+    return markdown_html(inspect.cleandoc(text)) if text else ""
 
 
 def _signature(obj) -> str:
