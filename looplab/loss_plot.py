@@ -17,7 +17,7 @@ from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from .checks import check_number
 from .learner import _length
-from .recorder import Recorder
+from .recorder import Recorder, _from_zero
 from .widgets import FigurePlot, LivePlot, _grown_limits
 
 # %% auto #0
@@ -90,14 +90,15 @@ def _per_column(x: np.ndarray, y, n_columns: int) -> tuple[np.ndarray, np.ndarra
 
 # %% ../nbs/05b_loss_plot.ipynb #f72c96a3
 class LossChart(LivePlot):
-    "Live chart of the training loss (each batch and smoothed) and the validation loss (each epoch)."
+    "Live chart of the training loss (each batch; smoothed afresh per fit, β from `smoothing_beta` unless given) and the validation loss."
     order = 80  # after the Recorder (-10) has the batch; before ProgressCallback (90) prints an epoch's row
     empty_hint = "train with learn.fit(..., cbs=loss_plot) first"
 
-    def __init__(self, log: bool = False, beta: float = 0.98, every_ms: float = 250, max_overhead: float = 0.1,
+    def __init__(self, log: bool = False, beta: float | None = None, every_ms: float = 250, max_overhead: float = 0.1,
                  mode: str = "auto", figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80, file=None):
         super().__init__(every_ms, max_overhead, mode, figsize, dpi, file)
-        self.beta = check_number("beta", beta, low=0, high=1, high_open=True)  # the smoothing of the batch losses
+        self.beta = beta if beta is None else check_number("beta", beta, low=0, high=1, high_open=True)  # smoothing
+        self._beta = beta  # the β of the fit drawn: `beta`, or the one the Recorder picked for the fit's length
         self.log = log  # log-scale loss axis
         self._clear()
 
@@ -114,12 +115,13 @@ class LossChart(LivePlot):
 
     def _begin(self) -> None:
         self._first = len(_attached_recorder(self.learn, self).losses)  # batches of earlier fits are not drawn
+        self._beta = self.beta if self.beta is not None else self.learn.recorder.fits[-1][1]
         self._clear()
         self._per_epoch = _length(self.learn.dls.train)
         self._total = None if self._per_epoch is None else self.learn.n_epochs * self._per_epoch
 
     def _artists(self, fig: Figure) -> list:
-        return _loss_axes(fig, self.beta, self.log, self._total or len(self.losses))
+        return _loss_axes(fig, self._beta, self.log, self._total or len(self.losses))
 
     def _collect(self) -> None:
         recorder = self.learn.recorder
@@ -142,6 +144,7 @@ class LossChart(LivePlot):
         lines[0].set_data(*_per_column(steps, self.losses, int(ax.bbox.width)))  # at most 2 points a pixel column
         lines[1].set_data(*_per_column(steps, self.smooth, int(ax.bbox.width)))
         lines[2].set_data(self.valid_steps, self.valid_losses)
+        lines[2].set_marker("o" if len(self.valid_losses) <= 40 else "")  # hundreds of dots would hide the curves
         held = [v for v in self._finite + self.smooth if math.isfinite(v) and (v > 0 or not self.log)]  # all curves
         if held:
             self._ylim = _grown_limits(self._ylim if grow else None, min(held), max(held), self.log)
@@ -262,9 +265,9 @@ def _progress_widgets(total: int) -> tuple:
     return bar, label
 
 # %% ../nbs/05b_loss_plot.ipynb #0e75af66
-def compare_runs(runs: Mapping[str, object], beta: float = 0.98, log: bool = False,
+def compare_runs(runs: Mapping[str, object], beta: float | None = None, log: bool = False,
                  figsize: tuple[float, float] | None = None, dpi: int = 80) -> Figure:
-    "Several runs' curves side by side: smoothed training loss, validation loss and each metric, one colour per run."
+    "Several runs' curves side by side: smoothed training loss (each fit's own β unless `beta`), validation loss and each metric."
     if not isinstance(runs, Mapping) or not runs:
         raise ValueError(f"runs must be a non-empty dict name -> run, got {runs!r}")
     histories = {name: _history(name, run) for name, run in runs.items()}
@@ -274,15 +277,19 @@ def compare_runs(runs: Mapping[str, object], beta: float = 0.98, log: bool = Fal
         for row in recorder.values:
             metrics.extend(key for key in row if key not in skip_keys and key not in metrics)
     panels = ["train_loss", "valid_loss", *metrics]
-    fig = FigurePlot(figsize or (4.0 * len(panels), 3.2), dpi)._figure()
+    betas = {name: ", ".join(str(b) for b in sorted({b for _, b in _from_zero(r.fits, len(r.losses))}))
+             for name, r in histories.items()} if beta is None else {name: str(beta) for name in histories}
+    shared = len(set(betas.values())) == 1  # one β for all: in the title, else in each run's label
+    fig = FigurePlot(figsize or (4.0 * len(panels), 3.4), dpi)._figure()
     axes = [fig.add_subplot(1, len(panels), i + 1) for i in range(len(panels))]
     for color, (name, recorder) in enumerate(histories.items()):
         smoothed = recorder.smooth_losses(beta)
-        axes[0].plot(range(1, len(smoothed) + 1), smoothed, color=f"C{color}", label=name)
+        label = name if shared else f"{name} (β={betas[name]})"
+        axes[0].plot(range(1, len(smoothed) + 1), smoothed, color=f"C{color}", label=label)
         epochs = [row["epoch"] + 1 for row in recorder.values]
         for ax, key in zip(axes[1:], panels[1:]):
-            ax.plot(epochs, [row.get(key, math.nan) for row in recorder.values], "o-", color=f"C{color}", label=name)
-    axes[0].set_title(f"train loss (smoothed, β={beta})")
+            ax.plot(epochs, [row.get(key, math.nan) for row in recorder.values], "o-", color=f"C{color}")
+    axes[0].set_title(f"train loss (smoothed, β={next(iter(betas.values()))})" if shared else "train loss (smoothed)")
     axes[0].set_xlabel("training batch")
     for ax, key in zip(axes[1:], panels[1:]):
         ax.set_title(key.replace("_", " "))
@@ -291,9 +298,8 @@ def compare_runs(runs: Mapping[str, object], beta: float = 0.98, log: bool = Fal
     for ax, key in zip(axes, panels):
         ax.set_ylabel(key.replace("_", " "))
         if log and key in ("train_loss", "valid_loss"):
-            ax.set_yscale("log")
-    axes[0].legend(fontsize="small")
-    fig.tight_layout()
+            _log_y(ax)
+    _frame(fig, left=0.75, wspace=0.45)  # the runs' legend above the first panel, off the curves
     return fig
 
 # %% ../nbs/05b_loss_plot.ipynb #ccd20a1b
@@ -304,6 +310,7 @@ def _history(name: str, run) -> Recorder:
         recorder = Recorder()  # so that the curves come from the same code: Recorder.smooth_losses
         recorder.losses = torch.as_tensor(run["losses"], dtype=torch.float64).tolist()
         recorder.values = list(run["values"])
+        recorder.fits = [(int(start), float(b)) for start, b in run.get("fits", [])]  # none: one fit
     elif not isinstance(recorder, Recorder):
         raise TypeError(f"run {name!r} must be a Learner, a Recorder or a Recorder's state_dict(), got {type(run).__name__}")
     recorder.flush()

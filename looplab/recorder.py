@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import math
+import os
 import sys
 import time
 import warnings
@@ -18,7 +20,8 @@ from .checks import check_int, check_number
 from .metrics import MeanReducer
 
 # %% auto #0
-__all__ = ['n_items', 'summed_loss', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'smooth', 'Recorder', 'ProgressCallback']
+__all__ = ['n_items', 'summed_loss', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'smooth', 'smoothing_beta',
+           'fit_batches', 'smooth_fits', 'Recorder', 'ProgressCallback']
 
 # %% ../nbs/03b_recorder.ipynb #207e3c26
 def n_items(yb) -> int:
@@ -49,7 +52,16 @@ def _warn_bad_loss(values: list[float], before: list[float]) -> None:
     if bad is not None and all(math.isfinite(v) for v in before[-1:]):
         warnings.warn(f"the training loss is {values[bad]} from training batch {len(before) + bad + 1} "
                       "(counted over every fit) on: check the data for NaN/inf, lower the LR, or use "
-                      "GradientClipping", RuntimeWarning, stacklevel=3)
+                      "GradientClipping", RuntimeWarning, stacklevel=_outside_the_kit(3))
+
+def _outside_the_kit(level: int) -> int:
+    "The stacklevel of the first frame from `level` up that is not looplab's: the line of the user's code that trained."
+    kit = os.path.dirname(inspect.getfile(Callback))
+    frame = sys._getframe(level)  # level 1 is the caller of warnings.warn, one frame below this one
+    while frame.f_back is not None and os.path.dirname(frame.f_code.co_filename) == kit:
+        frame = frame.f_back
+        level += 1
+    return level
 
 # %% ../nbs/03b_recorder.ipynb #72d06981
 class BatchRecorder(Callback):
@@ -187,9 +199,43 @@ def smooth(values, beta: float = 0.98) -> list[float]:
         out.append(avg / (1 - beta**i))
     return out
 
+# %% ../nbs/03b_recorder.ipynb #b7e1c2d4
+def smoothing_beta(n_batches: int | None) -> float:
+    "β for a fit of `n_batches`: a window 1/(1−β) of a 20th of the fit, from 2 to 50 batches (β 0.5 to 0.98); 0.98 if unknown."
+    if n_batches is None:
+        return 0.98
+    window = min(max(n_batches / 20, 2.0), 50.0)
+    return round(1 - 1 / window, 2)
+
+def fit_batches(learn) -> int | None:
+    "The training batches a fit plans: `n_epochs` × `len(dls.train)`; None when the loader has no length."
+    try:
+        return learn.n_epochs * len(learn.dls.train)
+    except (AttributeError, TypeError):
+        return None
+
+def _from_zero(fits: list[tuple[int, float]], n_losses: int) -> list[tuple[int, float]]:
+    "`fits`, with one more from batch 0 where losses came before the first fit known (a history given as bare losses)."
+    if fits and fits[0][0] == 0:
+        return list(fits)
+    return [(0, smoothing_beta(fits[0][0] if fits else n_losses))] + list(fits)
+
+def smooth_fits(losses: list[float], fits: list[tuple[int, float]], beta: float | None = None) -> list[float]:
+    "`smooth` over each fit's losses afresh; `fits` holds each fit's (first batch, β), and `beta` replaces every β."
+    fits = _from_zero(fits, len(losses))
+    ends = [start for start, _ in fits[1:]] + [len(losses)]
+    out = []
+    for (start, fit_beta), end in zip(fits, ends):
+        out.extend(smooth(losses[start:end], fit_beta if beta is None else beta))
+    return out
+
 # %% ../nbs/03b_recorder.ipynb #210efdbf
 class Recorder(EpochRecorder):
     "Records every training batch's loss and hyper-parameters, and per epoch the losses, metrics and time."
+    def __init__(self):
+        super().__init__()
+        self.fits: list[tuple[int, float]] = []  # each fit's first training batch and the β its smoothing uses
+
     @property
     def lrs(self) -> list[float]:
         "The LR of parameter group 0 for every recorded training batch."
@@ -200,18 +246,22 @@ class Recorder(EpochRecorder):
         "The momentum (or Adam's β₁) of parameter group 0 for every recorded training batch; NaN if none."
         return [moms[0] for _, moms in self.hypers]
 
-    def smooth_losses(self, beta: float = 0.98) -> list[float]:
-        "The batch losses smoothed by `smooth`: the curve `plot_loss`, the live loss chart and the LR finder draw."
+    def on_train_begin(self):
+        super().on_train_begin()
+        self.fits.append((len(self.losses) + len(self._pending), smoothing_beta(fit_batches(self.learn))))
+
+    def smooth_losses(self, beta: float | None = None) -> list[float]:
+        "The batch losses smoothed by `smooth`, afresh for each fit, with its own β (`beta`, if given, for all)."
         self.flush()
-        return smooth(self.losses, beta)
+        return smooth_fits(self.losses, self.fits, beta)
 
     def state_dict(self) -> dict:
         self.flush()
         return {"losses": torch.tensor(self.losses, dtype=torch.float64),
                 "hypers": [[list(lrs), list(moms)] for lrs, moms in self.hypers], "n_skipped": self.n_skipped,
                 "values": [dict(r) for r in self.values], "epoch_ends": list(self.epoch_ends),
-                "epoch_total": self._epoch_total, "epoch_count": self._epoch_count,
-                "epoch_elapsed": time.perf_counter() - self.epoch_start}
+                "fits": [list(fit) for fit in self.fits], "epoch_total": self._epoch_total,
+                "epoch_count": self._epoch_count, "epoch_elapsed": time.perf_counter() - self.epoch_start}
 
     def load_state_dict(self, state: dict) -> None:
         self._pending = []
@@ -221,12 +271,13 @@ class Recorder(EpochRecorder):
         self.n_skipped = state["n_skipped"]
         self.values = [dict(r) for r in state["values"]]
         self.epoch_ends = list(state["epoch_ends"])
+        self.fits = [(int(start), float(beta)) for start, beta in state.get("fits", [])]  # older states: one fit
         self._epoch_total = state["epoch_total"]
         self._epoch_count = state["epoch_count"]
         self.epoch_start = time.perf_counter() - state["epoch_elapsed"]
 
-    def plot_loss(self, ax=None, log: bool = False, beta: float = 0.9):
-        "Plot the batch losses, their smoothed curve (EMA with `beta`) and the per-epoch validation loss; return the figure."
+    def plot_loss(self, ax=None, log: bool = False, beta: float | None = None):
+        "Plot the batch losses, their smoothed curve (`smooth_losses(beta)`) and the per-epoch validation loss; return the figure."
         self.flush()
         if not self.losses:
             raise ValueError("nothing to plot yet: the recorder has no training batch; call learn.fit first")
@@ -234,16 +285,22 @@ class Recorder(EpochRecorder):
             from matplotlib import pyplot as plt  # here, not at the top: training in a script needs no matplotlib
             _, ax = plt.subplots(figsize=(6, 3.5))
         steps = range(1, len(self.losses) + 1)
+        betas = sorted({b for _, b in _from_zero(self.fits, len(self.losses))}) if beta is None else [beta]
         ax.plot(steps, self.losses, alpha=0.3, label="train (batch)")
-        ax.plot(steps, self.smooth_losses(beta), label="train (smoothed)")
+        ax.plot(steps, self.smooth_losses(beta), label=f"train (smoothed, β={', '.join(map(str, betas))})")
         ax.plot(self.epoch_ends, [r["valid_loss"] for r in self.values], "o-", label="valid (epoch)")
-        ax.set_xlabel("training batch")
-        ax.set_ylabel("loss")
-        ax.set_title("Loss")
-        if log:
-            ax.set_yscale("log")
-        ax.legend()
+        _loss_labels(ax, log)
         return ax.figure
+
+# %% ../nbs/03b_recorder.ipynb #d9a3e4f6
+def _loss_labels(ax, log: bool) -> None:
+    "Title, axis labels, log scale, and the legend in a row above the curves, under the title: never over the data."
+    ax.set_xlabel("training batch")
+    ax.set_ylabel("loss")
+    if log:
+        ax.set_yscale("log")
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1), ncols=3, frameon=False, fontsize="small", borderaxespad=0.2)
+    ax.set_title("Loss", pad=22)  # above the legend's row
 
 # %% ../nbs/03b_recorder.ipynb #260730fd
 def _is_log(out) -> bool:
@@ -277,6 +334,7 @@ class ProgressCallback(Callback):
         self.min_s = check_number("min_s", min_s, 0)  # but `every` batches wait until this many seconds passed
         self.batch_lines = batch_lines  # None: only in a log (`_is_log`)
         self._lines = False
+        self._header_due = False
         self._n = 0  # training batches since the last line
         self._last = 0.0  # and the time of that line
 
@@ -284,13 +342,21 @@ class ProgressCallback(Callback):
         if self.learn.engine.is_master_process:  # one table, not one per process
             print(line, file=self.file or sys.stdout, flush=True)
 
+    def _columns(self) -> list[str]:
+        "The table's columns: the epoch, the two losses, the metrics and the time."
+        return ["epoch", "train_loss", "valid_loss", *[m.name for m in self.learn.metrics], "time"]
+
     def on_train_begin(self):
         if not any(cb is self.learn.recorder for cb in self.learn.cbs):
-            raise ValueError("ProgressCallback prints the rows of learn.recorder, which was removed: "
+            raise ValueError(f"{type(self).__name__} prints the rows of learn.recorder, which was removed: "
                              "keep the recorder attached, or build the Learner with progress=False")
         lines = self.batch_lines if self.batch_lines is not None else _is_log(self.file or sys.stdout)
         self._lines = lines and self.learn.engine.is_master_process
-        self.columns = ["epoch", "train_loss", "valid_loss", *[m.name for m in self.learn.metrics], "time"]
+        self.columns = self._columns()
+        self._header_due = True  # printed once a batch has run: a fit refused at its first batch prints no table
+
+    def _header(self) -> None:
+        self._header_due = False
         self._print("  ".join(f"{c:>12}" for c in self.columns))
 
     def on_epoch_begin(self):
@@ -298,6 +364,8 @@ class ProgressCallback(Callback):
         self._last = time.perf_counter()
 
     def on_batch_end(self):
+        if self._header_due:
+            self._header()
         if not self._lines or not self.learn.training:
             return
         self._n += 1
@@ -319,4 +387,6 @@ class ProgressCallback(Callback):
         self._last = now
 
     def on_epoch_end(self):
+        if self._header_due:  # an epoch without a batch (a resumed run that had only its validation left)
+            self._header()
         self._print(_epoch_row(self.learn.recorder.values[-1], self.columns, self.learn.n_epochs))

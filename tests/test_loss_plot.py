@@ -15,6 +15,7 @@ from looplab.callback import Callback, CallbackError
 from looplab.data import DataLoaders
 from looplab.loss_plot import LossPlot, compare_runs
 from looplab.metrics import Accuracy
+from looplab.recorder import Recorder, smooth, smoothing_beta
 from looplab.widgets import LivePlotWarning, Throttle
 
 from helpers import PNG, make_dls, make_learner
@@ -57,7 +58,7 @@ def notebook_like(monkeypatch):
 
 # --- LossPlot -------------------------------------------------------------------------------------------------
 
-def test_loss_plot_smooths_as_the_recorder_does_at_every_draw_and_across_fits(always_due):
+def test_loss_plot_smooths_as_the_recorder_does_at_every_draw_and_afresh_for_each_fit(always_due):
     learn = make_learner()
     learn.fit(1)
     plot = LossPlot(mode="widget", beta=0.9)
@@ -72,7 +73,46 @@ def test_loss_plot_smooths_as_the_recorder_does_at_every_draw_and_across_fits(al
     plot._fill = checking_fill
     learn.fit(1, cbs=plot)
     assert len(checked) > 5 and all(checked)
-    assert plot.smooth == learn.recorder.smooth_losses(0.9)[16:]  # the second fit goes on from the first's average
+    assert plot.smooth == learn.recorder.smooth_losses(0.9)[16:] == smooth(learn.recorder.losses[16:], 0.9)
+    assert plot.smooth[0] == plot.losses[0]  # the second fit starts at its own first loss, not the first fit's average
+
+
+def test_the_second_fit_is_smoothed_afresh_with_its_own_beta():
+    learn = make_learner()
+    learn.fit(1)  # 16 batches: a window of 2, beta 0.5
+    plot = LossPlot(mode="widget")
+    learn.fit(30, cbs=plot)  # 480 batches: a window of 24, beta 0.96
+    recorder = learn.recorder
+    assert recorder.fits == [(0, 0.5), (16, 0.96)]
+    smoothed = recorder.smooth_losses()
+    assert smoothed[:16] == smooth(recorder.losses[:16], 0.5)
+    assert smoothed[16] == recorder.losses[16] and smoothed[16:] == smooth(recorder.losses[16:], 0.96)
+    assert plot._beta == 0.96 and plot.smooth == smoothed[16:]
+    assert "train (smoothed, β=0.96)" in [line.get_label() for line in plot.plot().axes[0].lines]
+    assert recorder.smooth_losses(0.9) == smooth(recorder.losses[:16], 0.9) + smooth(recorder.losses[16:], 0.9)
+
+
+@pytest.mark.parametrize("n_batches, beta", [(None, 0.98), (1, 0.5), (40, 0.5), (60, 0.67), (200, 0.9), (500, 0.96),
+                                             (1000, 0.98), (10**6, 0.98)])
+def test_the_beta_rule_gives_a_window_of_a_twentieth_of_the_fit_from_2_to_50_batches(n_batches, beta):
+    assert smoothing_beta(n_batches) == beta
+    if n_batches is not None:
+        window = 1 / (1 - beta)
+        assert 2 <= window <= 50.01 and (window == 2 or window > 49 or abs(window - n_batches / 20) < 0.1 * window)
+
+
+def test_the_fits_travel_with_the_recorder_state():
+    learn = make_learner()
+    learn.fit(1)
+    learn.fit(2)
+    state = learn.recorder.state_dict()
+    restored = Recorder()
+    restored.load_state_dict(state)
+    assert restored.fits == learn.recorder.fits == [(0, 0.5), (16, 0.5)]
+    assert restored.smooth_losses() == learn.recorder.smooth_losses()
+    older = Recorder()  # a state saved before the Recorder kept its fits: its losses are one fit
+    older.load_state_dict({k: v for k, v in state.items() if k != "fits"})
+    assert older.fits == [] and older.smooth_losses() == smooth(older.losses, smoothing_beta(48))
 
 
 def test_loss_plot_text_mode_matches_the_recorder_and_prints_one_summary_line():
@@ -148,6 +188,7 @@ def test_loss_plot_survives_non_finite_losses(always_due):
             warnings.simplefilter("error", LivePlotWarning)
             learn.fit(1, cbs=plot)
     assert [re.search(r"batch (\d+)", str(w.message)).group(1) for w in caught] == ["5", "10", "15"]
+    assert {w.filename for w in caught} == {__file__}  # each names the line that trained: this test's, not the kit's
     assert sum(math.isnan(v) for v in plot.losses) == 3 and plot.live.n_draws > 1
     low, high = plot.live.fig.axes[0].get_ylim()
     assert math.isfinite(low) and math.isfinite(high)
@@ -249,11 +290,26 @@ def test_compare_runs_takes_learners_recorders_and_state_dicts(tmp_path):
     runs["recorder"] = runs["lr=0.05"].recorder
     runs["state"] = {"losses": torch.tensor(runs["lr=0.5"].recorder.losses), "values": runs["lr=0.5"].recorder.values}
     fig = compare_runs(runs, log=True)
-    assert [ax.get_title() for ax in fig.axes] == ["train loss (smoothed, β=0.98)", "valid loss", "accuracy"]
+    assert [ax.get_title() for ax in fig.axes] == ["train loss (smoothed, β=0.5)", "valid loss", "accuracy"]
     assert all(len(ax.lines) == 4 for ax in fig.axes)
+    assert fig.axes[0].lines[3].get_ydata()[0] == runs["lr=0.5"].recorder.losses[0]  # a bare history: one fit, afresh
+    legend = fig.axes[0].get_legend()  # the runs, named above the first panel: off the curves
+    assert [t.get_text() for t in legend.get_texts()] == list(runs)
+    assert legend.get_window_extent().y0 >= fig.axes[0].bbox.y1
+    assert all(ax.get_legend() is None for ax in fig.axes[1:])
     assert fig.axes[0].get_yscale() == "log"
     fig.savefig(tmp_path / "compare.png")
     assert (tmp_path / "compare.png").read_bytes()[:8] == PNG
+
+
+def test_compare_runs_names_each_runs_beta_when_they_differ():
+    short, long = make_learner(), make_learner()
+    short.fit(1)
+    long.fit(30)
+    fig = compare_runs({"short": short, "long": long})
+    assert fig.axes[0].get_title() == "train loss (smoothed)"
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["short (β=0.5)", "long (β=0.96)"]
+    assert compare_runs({"short": short, "long": long}, beta=0.9).axes[0].get_title() == "train loss (smoothed, β=0.9)"
 
 
 def test_compare_runs_bad_input():
