@@ -403,9 +403,7 @@ class AdaptiveGANSwitcher(Callback):
             _trainer(self.learn, switching=True).switch(not gen_mode)
 
 # %% ../nbs/10_gan.ipynb #37fb5e7c
-import sys
-
-from .recorder import ProgressCallback, _is_log
+from .recorder import ProgressCallback
 
 def _adam(params, lr: float) -> torch.optim.Optimizer:
     "Adam with beta1 = 0.5, as DCGAN trains: momentum chases a moving target less."
@@ -426,18 +424,11 @@ GAN_PRESETS = {
 # %% ../nbs/10_gan.ipynb #e9e56dea
 class GANProgress(ProgressCallback):
     "A GAN's progress table: `valid_loss` only with validation data, `train_loss` only without a `gen_loss` column."
-    def on_train_begin(self):
-        learn = self.learn
-        if not any(cb is learn.recorder for cb in learn.cbs):
-            raise ValueError("GANProgress prints the rows of learn.recorder, which was removed: "
-                             "keep the recorder attached, or build the learner with progress=False")
-        lines = self.batch_lines if self.batch_lines is not None else _is_log(self.file or sys.stdout)
-        self._lines = lines and learn.engine.is_master_process
-        names = [m.name for m in learn.metrics]
+    def _columns(self) -> list[str]:
+        names = [m.name for m in self.learn.metrics]
         train = [] if "gen_loss" in names else ["train_loss"]  # both networks' losses mixed: gen_loss says it apart
-        valid = [] if learn.dls.valid is None else ["valid_loss"]  # no validation data: no column of NaN
-        self.columns = ["epoch", *train, *valid, *names, "time"]
-        self._print("  ".join(f"{c:>12}" for c in self.columns))
+        valid = [] if self.learn.dls.valid is None else ["valid_loss"]  # no validation data: no column of NaN
+        return ["epoch", *train, *valid, *names, "time"]
 
 # %% ../nbs/10_gan.ipynb #56a753b9
 _DCGAN_HINT = "pytorch/examples' DCGAN recipe: from looplab.gan_images import DCGANTrainer; trainer_cls=DCGANTrainer"

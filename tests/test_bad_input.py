@@ -156,3 +156,14 @@ def test_a_refused_checkpoint_leaves_the_learner_exactly_as_it_was():
     after = learner_state(other)
     assert torch.equal(after["model"]["weight"], before["model"]["weight"]) and after["optimizers"] == {}
     assert after["loop"] == before["loop"] and after["data_order"] == before["data_order"] and other._resume is None
+
+
+def test_a_fit_refused_at_its_first_batch_prints_no_progress_table(capsys):
+    "The table's header waits for a batch to run: a refused fit shows its error alone, a fit that runs its table."
+    wrong = Learner(nn.Linear(64, 3), TINY)  # 3 outputs for labels up to 9: the loss refuses the first batch
+    with pytest.raises(Exception, match="loss_func"):
+        wrong.fit(1)
+    assert capsys.readouterr().out == ""
+    Learner(nn.Linear(64, 10), TINY).fit(2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["epoch", "train_loss", "valid_loss", "time"] and len(lines) == 3
