@@ -6,9 +6,10 @@ __all__ = ['Callback', 'CancelBackwardException', 'CancelBatchException', 'Cance
            'CancelStepException', 'CancelValidateException', 'DataLoaders', 'load_digits', 'make_rings', 'set_seed',
            'AMPEngine', 'DeviceEngine', 'Learner', 'ProgressCallback', 'Recorder', 'LossPlot', 'lr_find', 'Accuracy',
            'ParamScheduler', 'Sched', 'TorchScheduler', 'fit_flat_cos', 'fit_one_cycle', 'fit_sgdr', 'load_checkpoint',
-           'save_checkpoint', 'Checkpoint', 'DistributedDataParallelEngine', 'gan_learner', 'Perplexity',
-           'EarlyStopping', 'SaveBestModel', 'GradientAccumulation', 'GradientClipping', 'LabelSmoothingCrossEntropy',
-           'MixUp', 'RNNRegularizer', 'TerminateOnNaN', 'BPTTBatches', 'CarryState', 'batchify']
+           'save_checkpoint', 'Checkpoint', 'conv_net', 'make_signals', 'signal_dls', 'DistributedDataParallelEngine',
+           'gan_learner', 'Perplexity', 'EarlyStopping', 'SaveBestModel', 'GradientAccumulation', 'GradientClipping',
+           'LabelSmoothingCrossEntropy', 'MixUp', 'RNNRegularizer', 'TerminateOnNaN', 'BPTTBatches', 'CarryState',
+           'batchify']
 
 # %% ../nbs/06c_api.ipynb #5b044271
 from .callback import (Callback, CancelBackwardException, CancelBatchException, CancelEpochException,
@@ -29,6 +30,7 @@ _all_ = ["Callback", "CancelBackwardException", "CancelBatchException", "CancelE
 # %% ../nbs/06c_api.ipynb #4c272e05
 from .checkpoint import load_checkpoint, save_checkpoint
 from .checkpoint_callback import Checkpoint
+from .conv import conv_net, make_signals, signal_dls
 from .engines import DistributedDataParallelEngine
 from .gan import gan_learner
 from .metrics import Perplexity
@@ -37,7 +39,7 @@ from .regularize import (GradientAccumulation, GradientClipping, LabelSmoothingC
                                 RNNRegularizer, TerminateOnNaN)
 from .stateful import BPTTBatches, CarryState, batchify
 
-_all_ = ["load_checkpoint", "save_checkpoint", "Checkpoint", "DistributedDataParallelEngine", "gan_learner",
+_all_ = ["load_checkpoint", "save_checkpoint", "Checkpoint", "conv_net", "make_signals", "signal_dls", "DistributedDataParallelEngine", "gan_learner",
          "Perplexity", "EarlyStopping", "SaveBestModel", "GradientAccumulation", "GradientClipping",
          "LabelSmoothingCrossEntropy", "MixUp", "RNNRegularizer", "TerminateOnNaN", "BPTTBatches", "CarryState",
          "batchify"]

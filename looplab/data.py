@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader
 from .checks import check_int, check_number
 
 # %% auto #0
-__all__ = ['TARGET_KEYS', 'load_digits', 'shuffled_order', 'EpochOrder', 'EpochBatchSampler', 'ArrayDataset', 'collate_batch',
-           'DataLoaders', 'default_split_batch', 'set_seed', 'make_rings']
+__all__ = ['TARGET_KEYS', 'load_digits', 'keyed_generator', 'shuffled_order', 'EpochOrder', 'EpochBatchSampler', 'ArrayDataset',
+           'collate_batch', 'DataLoaders', 'default_split_batch', 'set_seed', 'make_rings']
 
 # %% ../nbs/01_bare_loop.ipynb #23ea2bb9
 def load_digits(flatten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,10 +28,15 @@ def load_digits(flatten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     return (images.reshape(len(images), -1), labels) if flatten else (images, labels)
 
 # %% ../nbs/01_bare_loop.ipynb #bc7d2210
+def keyed_generator(*key: int) -> torch.Generator:
+    "A torch generator seeded from `key` (ints) through NumPy's `SeedSequence`: nearby keys give unrelated streams."
+    seed = int(np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint64)[0]) >> 1  # int first: NumPy 1.x
+    return torch.Generator().manual_seed(seed)
+
+
 def shuffled_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     "The permutation of `range(n)` for (seed, epoch): nearby seeds and epochs give unrelated orders."
-    key = int(np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0]) >> 1
-    return torch.randperm(n, generator=torch.Generator().manual_seed(key))
+    return torch.randperm(n, generator=keyed_generator(seed, epoch))
 
 # %% ../nbs/01_bare_loop.ipynb #9b07688b
 class EpochOrder:

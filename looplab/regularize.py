@@ -14,6 +14,7 @@ from torch import nn
 from .callback import (Callback, CancelBatchException, CancelFitException, CancelStepException,
                               CancelZeroGradException)
 from .checks import check_int, check_number
+from .engine import needs_closure
 
 # %% auto #0
 __all__ = ['GradientClipping', 'GradientAccumulation', 'MixUp', 'LabelSmoothingCrossEntropy', 'RNNRegularizer', 'TerminateOnNaN']
@@ -82,6 +83,13 @@ class GradientAccumulation(Callback):
             raise ValueError("GradientAccumulation needs the number of batches per epoch: dls.train has no len()")
         start = self.learn.iter - self.learn.iter % self.n_batches
         return min(self.n_batches, n_epoch - start), self.learn.iter - start
+
+    def on_train_begin(self):
+        closures = [type(opt).__name__ for opt in self.learn.opts.values() if needs_closure(opt)]
+        if closures and self.n_batches > 1:
+            raise ValueError(f"{closures[0]} evaluates the loss again inside its step, on the step's batch alone, "
+                             f"while GradientAccumulation({self.n_batches}) steps on gradients gathered over "
+                             f"{self.n_batches} batches: give it bigger batches instead")
 
     def on_batch_begin(self):
         if self.learn.training and self.last == "drop" and self._window()[0] < self.n_batches:

@@ -208,3 +208,16 @@ def test_by_hand_mixed_precision_refuses_a_closure_optimizer():
                                             r".*AMPEngine\(torch.bfloat16\)"):
         learn.fit(1)
     assert learn.n_steps == 0
+
+
+def test_gradient_accumulation_over_several_batches_refuses_a_closure_optimizer():
+    from looplab.callback import CallbackError
+    from looplab.regularize import GradientAccumulation
+    learn = lbfgs_learner([GradientAccumulation(2)])
+    with pytest.raises(CallbackError, match=r"LBFGS evaluates the loss again .* GradientAccumulation\(2\) .*bigger batches"):
+        learn.fit(1)
+    assert learn.n_steps == 0
+    net, losses, _ = plain_closure_loop(1)
+    learn = lbfgs_learner([GradientAccumulation(1)])  # a window of one batch is every batch's own step
+    learn.fit(1)
+    assert same(learn.model, net)
