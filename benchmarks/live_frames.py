@@ -14,14 +14,14 @@ Run: python benchmarks/live_frames.py [--seconds 1 3] [--plots LossPlot LRPlot G
 """
 import argparse
 import json
-import os
-import tempfile
+import sys
 import time
 from pathlib import Path
 
-from jupyter_client.manager import KernelManager
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from kernel import fresh_kernel  # noqa: E402
 
 SETUP = """
 import json, math, time
@@ -129,27 +129,17 @@ def run_cell(kc, code: str, timeout: float = 300) -> tuple[int, dict | None]:
 
 def measure(plot: str, seconds: float, max_overhead: float | None = None) -> list[dict]:
     "A fresh kernel: a cold fit with `plot`, then a warm one; the figures of each."
-    env = {k: v for k, v in os.environ.items() if k not in ("IN_TEST", "MPLBACKEND")}
     rows = []
-    with tempfile.TemporaryDirectory(prefix="looplab-frames-") as sockets:
-        km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
-        km.start_kernel(cwd=str(ROOT), env=env)
-        kc = km.client()
-        kc.start_channels()
-        try:
-            kc.wait_for_ready(timeout=120)
-            run_cell(kc, SETUP)
-            learner = "learn"
-            if plot == "GANPlot":
-                run_cell(kc, GAN_SETUP)
-                learner = "gan"
-            for state in ("cold", "warm"):
-                images, r = run_cell(kc, FIT.format(make=MAKE[plot].format(budget="" if max_overhead is None else f", max_overhead={max_overhead}"),
-                                                    seconds=seconds, learner=learner))
-                rows.append(figures(plot, state, seconds, images, r))
-        finally:
-            kc.stop_channels()
-            km.shutdown_kernel(now=True)
+    with fresh_kernel(ROOT, prefix="looplab-frames-") as (km, kc):
+        run_cell(kc, SETUP)
+        learner = "learn"
+        if plot == "GANPlot":
+            run_cell(kc, GAN_SETUP)
+            learner = "gan"
+        for state in ("cold", "warm"):
+            images, r = run_cell(kc, FIT.format(make=MAKE[plot].format(budget="" if max_overhead is None else f", max_overhead={max_overhead}"),
+                                                seconds=seconds, learner=learner))
+            rows.append(figures(plot, state, seconds, images, r))
     return rows
 
 

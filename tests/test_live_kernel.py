@@ -6,13 +6,14 @@ MPLBACKEND, as a student's is. A fit of about a second, then one of about three,
 callback cancels it after its time, so that its length does not depend on this machine's speed. The test counts the kernel's display messages carrying image/png while the cell runs, the final
 picture (drawn at the end of training) aside. The first fit is the plot's first in this process: cold.
 Every kernel this test starts is shut down by the test, however it ends."""
-import os
-import tempfile
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from kernel import fresh_kernel  # noqa: E402
 
 SETUP = """
 import math, time
@@ -62,20 +63,10 @@ def pictures(kc, code: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def kernel():
-    from jupyter_client.manager import KernelManager
-    env = {k: v for k, v in os.environ.items() if k not in ("IN_TEST", "MPLBACKEND")}
-    with tempfile.TemporaryDirectory(prefix="looplab-kernel-") as sockets:
-        km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
-        km.start_kernel(cwd=str(ROOT), env=env)
-        kc = km.client()
-        kc.start_channels()
-        try:
-            kc.wait_for_ready(timeout=120)
-            assert "png" not in pictures(kc, SETUP)
-            yield kc
-        finally:
-            kc.stop_channels()
-            km.shutdown_kernel(now=True)  # a kernel we started is ours to stop
+    pytest.importorskip("jupyter_client")
+    with fresh_kernel(ROOT) as (km, kc):
+        assert "png" not in pictures(kc, SETUP)
+        yield kc
 
 
 @pytest.mark.parametrize("seconds, at_least", [(1, 2), (3, 6)])  # in this order: the first fit is cold

@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -19,6 +18,8 @@ from looplab.callback import Callback
 from looplab.checkpoint import learner_state, load_learner_state, save_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from kernel import fresh_kernel  # noqa: E402
 
 
 class Press(Callback):
@@ -207,55 +208,47 @@ def test_ctrl_c_in_a_script_stops_it_with_one_line(tmp_path):
 
 
 def test_stop_in_a_jupyter_kernel_shows_one_line_and_the_learner_goes_on():
-    jupyter_client = pytest.importorskip("jupyter_client")
+    pytest.importorskip("jupyter_client")
     pytest.importorskip("ipykernel")
-    with tempfile.TemporaryDirectory(prefix="looplab-stop-") as sockets:
-        km = jupyter_client.KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "k"))
-        km.start_kernel(cwd=str(ROOT / "tests"))
-        try:
-            kc = km.client()
-            kc.start_channels()
-            kc.wait_for_ready(timeout=120)
+    with fresh_kernel(ROOT / "tests", prefix="looplab-stop-") as (km, kc):
+        def run(code, interrupt_on=None):
+            "Execute `code`; interrupt the kernel when it prints `interrupt_on`; return its outputs."
+            msg_id = kc.execute(code)
+            outputs = []
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise AssertionError(f"no end of {code!r} in 120 s: {outputs}") from None
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                kind, content = msg["msg_type"], msg["content"]
+                if kind in ("stream", "error"):
+                    outputs.append(content)
+                    if interrupt_on and kind == "stream" and interrupt_on in content["text"]:
+                        km.interrupt_kernel()
+                        interrupt_on = None
+                if kind == "status" and content["execution_state"] == "idle":
+                    return outputs
 
-            def run(code, interrupt_on=None):
-                "Execute `code`; interrupt the kernel when it prints `interrupt_on`; return its outputs."
-                msg_id = kc.execute(code)
-                outputs = []
-                deadline = time.monotonic() + 120
-                while True:
-                    try:
-                        msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-                    except queue.Empty:
-                        raise AssertionError(f"no end of {code!r} in 120 s: {outputs}") from None
-                    if msg["parent_header"].get("msg_id") != msg_id:
-                        continue
-                    kind, content = msg["msg_type"], msg["content"]
-                    if kind in ("stream", "error"):
-                        outputs.append(content)
-                        if interrupt_on and kind == "stream" and interrupt_on in content["text"]:
-                            km.interrupt_kernel()
-                            interrupt_on = None
-                    if kind == "status" and content["execution_state"] == "idle":
-                        return outputs
+        # Ready says so at batch 3, then slows epoch 0's batches down, so that the interrupt (which takes a few
+        # milliseconds to arrive) lands inside the first epoch, however loaded the machine
+        setup = ("import time\nfrom helpers import make_learner\nfrom looplab.callback import Callback\n"
+                 "class Ready(Callback):\n    def on_batch_end(self):\n"
+                 "        if self.learn.n_iter == 3:\n            print('training', flush=True)\n"
+                 "        if self.learn.epoch == 0 and self.learn.n_iter >= 3:\n            time.sleep(0.2)\n"
+                 "learn = make_learner(cbs=[Ready()], progress=False)\n")
+        assert not [o for o in run(setup) if "ename" in o]
+        outputs = run("learn.fit(100_000)\nprint('after fit')", interrupt_on="training")
+        errors = [o for o in outputs if "ename" in o]
+        assert len(errors) == 1 and errors[0]["ename"] == "KeyboardInterrupt", outputs
+        assert errors[0]["evalue"].startswith("fit stopped by KeyboardInterrupt at epoch 1/100000, after batch ")
+        shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(errors[0]["traceback"]))  # without the colours
+        files = [line for line in shown.splitlines() if line.startswith("File ")]
+        assert len(files) == 1 and files[0].endswith("in Learner.fit(self, n_epochs, lr, cbs)"), shown
+        assert "_do_batch" not in shown and len(shown.splitlines()) <= 12, shown  # the cell, fit's raise, the line
+        assert not any("after fit" in o.get("text", "") for o in outputs)  # Stop ended the cell
+        again = run("epoch, batch = learn.position\nlearn.fit(1)\nprint('again', epoch, learn.position)")
+        assert [o["text"] for o in again] == ["again 0 (1, 0)\n"], again
 
-            # Ready says so at batch 3, then slows epoch 0's batches down, so that the interrupt (which takes a few
-            # milliseconds to arrive) lands inside the first epoch, however loaded the machine
-            setup = ("import time\nfrom helpers import make_learner\nfrom looplab.callback import Callback\n"
-                     "class Ready(Callback):\n    def on_batch_end(self):\n"
-                     "        if self.learn.n_iter == 3:\n            print('training', flush=True)\n"
-                     "        if self.learn.epoch == 0 and self.learn.n_iter >= 3:\n            time.sleep(0.2)\n"
-                     "learn = make_learner(cbs=[Ready()], progress=False)\n")
-            assert not [o for o in run(setup) if "ename" in o]
-            outputs = run("learn.fit(100_000)\nprint('after fit')", interrupt_on="training")
-            errors = [o for o in outputs if "ename" in o]
-            assert len(errors) == 1 and errors[0]["ename"] == "KeyboardInterrupt", outputs
-            assert errors[0]["evalue"].startswith("fit stopped by KeyboardInterrupt at epoch 1/100000, after batch ")
-            shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(errors[0]["traceback"]))  # without the colours
-            files = [line for line in shown.splitlines() if line.startswith("File ")]
-            assert len(files) == 1 and files[0].endswith("in Learner.fit(self, n_epochs, lr, cbs)"), shown
-            assert "_do_batch" not in shown and len(shown.splitlines()) <= 12, shown  # the cell, fit's raise, the line
-            assert not any("after fit" in o.get("text", "") for o in outputs)  # Stop ended the cell
-            again = run("epoch, batch = learn.position\nlearn.fit(1)\nprint('again', epoch, learn.position)")
-            assert [o["text"] for o in again] == ["again 0 (1, 0)\n"], again
-        finally:
-            km.shutdown_kernel(now=True)
