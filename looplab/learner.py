@@ -382,16 +382,21 @@ class PausableLoop(EpochLoop):
 class _Stop(CancelFitException):
     "An interrupt asked `fit` to stop: raised between two batches, so each open phase ends with its `_cancel` event."
 
-def _stop_line(learn, interrupt: BaseException) -> str:
-    "Where an interrupt stopped `learn`'s fit, in one line; marks a training batch cut short, and clears its gradients."
-    name = "KeyboardInterrupt" if isinstance(interrupt, _Stop) else type(interrupt).__name__
-    epoch = f"epoch {learn.epoch + 1}/{learn.n_epochs}"
-    batch = f"batch {learn.iter + 1}" + (f"/{learn.epoch_len}" if learn.epoch_len is not None else "")
+def _settle_stop(learn) -> None:
+    "After an interrupt: mark a training batch cut short (no exact position) and clear its half-made gradients."
     learn._cut_short = learn._phase == "train" and learn.n_iter != learn._done_n_iter
     learn._stop_asked = False  # a press while on_train_end draws asks again: only a second one cuts it short
     if learn._cut_short:
         for opt in learn.opts.values():
             opt.zero_grad()  # the half batch's gradients must not reach the next fit's first step
+
+
+def _stop_line(learn, interrupt: BaseException) -> str:
+    "Where an interrupt stopped `learn`'s fit, in one line (after `_settle_stop`)."
+    name = "KeyboardInterrupt" if isinstance(interrupt, _Stop) else type(interrupt).__name__
+    epoch = f"epoch {learn.epoch + 1}/{learn.n_epochs}"
+    batch = f"batch {learn.iter + 1}" + (f"/{learn.epoch_len}" if learn.epoch_len is not None else "")
+    if learn._cut_short:
         return (f"fit stopped by {name} inside {batch} of {epoch}, before that batch ended: "
                 "the learner can fit again, but this moment has no exact position to checkpoint (see learn.position)")
     places = {"train": f"at {epoch}, after {batch}", "validate": f"in the validation of {epoch}",
@@ -423,6 +428,7 @@ class StoppableLoop(PausableLoop):
         try:
             yield
             if self._stop_asked and self.stopped is None:  # pressed in on_train_end, after the epochs
+                _settle_stop(self)
                 self.stopped = _stop_line(self, _Stop())
         finally:
             self._stop_asked = False  # validate() after this fit must not stop
@@ -483,6 +489,7 @@ class Learner(LearnerInference, LearnerFiles, StoppableLoop):
                     self.epoch = epoch
                     self._do_epoch(first_iter if epoch == first_epoch else 0, restore if epoch == first_epoch else None)
             except (KeyboardInterrupt, _Stop) as interrupt:
+                _settle_stop(self)
                 self.stopped = _stop_line(self, interrupt)
             except CancelFitException:
                 pass
