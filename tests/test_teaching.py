@@ -123,3 +123,20 @@ def test_every_notebook_has_a_row_in_the_readme_map():
     readme = (ROOT / "README.md").read_text()
     missing = [stem for stem in STEMS if f"`{stem}`" not in readme]
     assert not missing, f"README.md's map has no row for {missing}: add them to nbs/index.ipynb, then make the README"
+
+
+def test_the_readme_states_the_route_and_its_size_as_measured():
+    "The README's route (the notebooks, in order) and its size are the route's own: a number quoted is a number measured."
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    found = re.search(r"3,000 code lines: ((?:`\w+` → )+`\w+`): ([\d,]+) words of prose and ([\d,]+) code lines "
+                      r"in ([\d,]+) cells", readme)
+    assert found, "README.md no longer states the route and its size after '3,000 code lines:'"
+    on_route = [(name, cs) for name, cs in ROUTE if cs is not None]
+    assert re.findall(r"`(\w+)`", found.group(1)) == [name for name, _ in on_route], \
+        "README.md's route is not the notebooks that have a first read, in order: fix nbs/index.ipynb, then make the README"
+    measured = (sum(len(source(c).split()) for _, cs in on_route for c in cs if c["cell_type"] == "markdown"),
+                sum(len(source(c).splitlines()) for _, cs in on_route for c in cs if c["cell_type"] == "code"),
+                sum(len(cs) for _, cs in on_route))
+    stated = tuple(int(g.replace(",", "")) for g in found.groups()[1:])
+    assert stated == measured, (f"README.md says the route is {stated} (words, code lines, cells); it measures "
+                                f"{measured} (python tools/sizes.py --first-read): fix nbs/index.ipynb, then make the README")
