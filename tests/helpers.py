@@ -35,6 +35,19 @@ def require_chromium(what: str = "the browser test") -> None:
                 "is skipped")
 
 
+@contextlib.contextmanager
+def chromium_context(profile: Path, **options):
+    "Debian's Chromium under playwright, with the flags above and a fresh profile folder `profile`; closed on exit."
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(str(profile), executable_path=str(CHROMIUM),
+                                                                headless=True, args=CHROMIUM_FLAGS, **options)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
 def make_dls(n=256, bs=16, valid=True, seed=0):
     "A small two-class problem on 8 features, in batches of `bs` (the first 4 batches again as validation)."
     g = torch.Generator().manual_seed(seed)

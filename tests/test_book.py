@@ -24,7 +24,7 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import make_docs  # noqa: E402
-from helpers import CHROMIUM, CHROMIUM_FLAGS, require_chromium  # noqa: E402
+from helpers import chromium_context, require_chromium  # noqa: E402
 
 OUT = ROOT / "test-output" / "book"
 SCREENSHOTS = {"index.html": "index.png", "06_schedules.html": "06_schedules.png", "10_gan.html": "10_gan.png"}
@@ -71,45 +71,38 @@ def committed_pictures(stem: str) -> int:
 
 def test_book_pages_render_with_their_pictures_and_links(book):
     require_chromium("the book's browser test")
-    from playwright.sync_api import sync_playwright
     base, pages = book
     chapters = sorted(p for p in pages if "/" not in p and p != "index.html")
     assert len(chapters) == len([p for p in (ROOT / "nbs").glob("*.ipynb") if p.stem != "index"]), chapters
     assert "index.html" in pages and any(p.startswith("api/") for p in pages)
     OUT.mkdir(parents=True, exist_ok=True)
     problems, seen, links = [], {}, set()
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(OUT / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1200, "height": 900})
-        try:
-            page = context.new_page()
-            for name in pages:
-                response = page.goto(base + name, wait_until="load")
-                if response is None or response.status != 200:
-                    problems.append(f"{name}: HTTP {response.status if response else 'no response'}")
-                    continue
-                info = page.evaluate(PAGE_JS)
-                seen[name] = info
-                broken = [img["src"] for img in info["images"] if not img["complete"] or img["width"] == 0]
-                if broken:
-                    problems.append(f"{name}: {len(broken)} pictures did not load: {broken[:3]}")
-                if "<Figure size" in info["outputs"]:
-                    problems.append(f"{name}: shows matplotlib's bare '<Figure size ...>' text")
-                for href in info["links"]:
-                    target, _ = urldefrag(urljoin(base + name, href))
-                    if urlparse(target).netloc == urlparse(base).netloc:
-                        links.add(target)
-                if name in SCREENSHOTS:  # the top of the index; the last picture of a notebook page
-                    if name != "index.html" and info["images"]:
-                        page.evaluate("() => document.images[document.images.length - 1].scrollIntoView()")
-                    page.screenshot(path=str(OUT / SCREENSHOTS[name]), full_page=False)
-            for target in sorted(links):  # every link between pages resolves
-                response = page.request.get(target)
-                if response.status != 200:
-                    problems.append(f"a link to {target} gives HTTP {response.status}")
-        finally:
-            context.close()
+    with chromium_context(str(OUT / "chromium-profile"), viewport={"width": 1200, "height": 900}) as context:
+        page = context.new_page()
+        for name in pages:
+            response = page.goto(base + name, wait_until="load")
+            if response is None or response.status != 200:
+                problems.append(f"{name}: HTTP {response.status if response else 'no response'}")
+                continue
+            info = page.evaluate(PAGE_JS)
+            seen[name] = info
+            broken = [img["src"] for img in info["images"] if not img["complete"] or img["width"] == 0]
+            if broken:
+                problems.append(f"{name}: {len(broken)} pictures did not load: {broken[:3]}")
+            if "<Figure size" in info["outputs"]:
+                problems.append(f"{name}: shows matplotlib's bare '<Figure size ...>' text")
+            for href in info["links"]:
+                target, _ = urldefrag(urljoin(base + name, href))
+                if urlparse(target).netloc == urlparse(base).netloc:
+                    links.add(target)
+            if name in SCREENSHOTS:  # the top of the index; the last picture of a notebook page
+                if name != "index.html" and info["images"]:
+                    page.evaluate("() => document.images[document.images.length - 1].scrollIntoView()")
+                page.screenshot(path=str(OUT / SCREENSHOTS[name]), full_page=False)
+        for target in sorted(links):  # every link between pages resolves
+            response = page.request.get(target)
+            if response.status != 200:
+                problems.append(f"a link to {target} gives HTTP {response.status}")
     assert not problems, "\n".join(problems)
     stems = make_docs.reading_order([name[:-len(".html")] for name in chapters])
     order = ["index.html"] + [f"{stem}.html" for stem in stems]
@@ -140,21 +133,15 @@ def test_book_api_pages_list_every_exported_name(book):
 def test_an_exercise_solution_is_hidden_until_opened(book):
     "A cell collapsed in JupyterLab (`jupyter.source_hidden`: 04b's exercise solution) is collapsed in the book too."
     require_chromium("the book's browser test")
-    from playwright.sync_api import sync_playwright
     base, _ = book
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(OUT / "chromium-profile-hidden"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
-        try:
-            page = context.new_page()
-            page.goto(base + "04b_learner_rules.html", wait_until="load")
-            solution = page.get_by_text("Skips backward and step for a training batch")
-            assert page.locator("details.book-hidden-source").count() == 1
-            assert not solution.is_visible()
-            page.locator("details.book-hidden-source > summary").click()
-            assert solution.is_visible()
-        finally:
-            context.close()
+    with chromium_context(str(OUT / "chromium-profile-hidden")) as context:
+        page = context.new_page()
+        page.goto(base + "04b_learner_rules.html", wait_until="load")
+        solution = page.get_by_text("Skips backward and step for a training batch")
+        assert page.locator("details.book-hidden-source").count() == 1
+        assert not solution.is_visible()
+        page.locator("details.book-hidden-source > summary").click()
+        assert solution.is_visible()
 
 
 # A page's prose: its text without code (cell inputs, code spans and blocks, printed outputs) and without the math
@@ -193,30 +180,23 @@ def test_the_book_writes_math_as_mathml_and_leaves_dollars_alone():
 def test_book_math_renders_and_nothing_is_fetched_from_the_network(book):
     "No page's prose shows raw `$…$` TeX; 09's page draws its math as MathML; every request stays on the book's server."
     require_chromium("the book's browser test")
-    from playwright.sync_api import sync_playwright
     base, pages = book
     OUT.mkdir(parents=True, exist_ok=True)
     requests, raw, drawn = [], {}, {}
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(OUT / "chromium-profile-math"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1200, "height": 900})
-        try:
-            page = context.new_page()
-            page.on("request", lambda request: requests.append(request.url))
-            for name in pages:
-                page.goto(base + name, wait_until="load")
-                info = page.evaluate(PROSE_JS)
-                found = RAW_TEX.findall(info["prose"])
-                if found:
-                    raw[name] = found[:3]
-                drawn[name] = info["math"]
-            page.goto(base + "09_mixed_precision.html", wait_until="load")
-            cells = page.locator(".jp-MarkdownCell")
-            counts = [cells.nth(i).locator("math").count() for i in range(cells.count())]
-            cells.nth(counts.index(max(counts))).screenshot(path=str(OUT / "09_math.png"))
-        finally:
-            context.close()
+    with chromium_context(str(OUT / "chromium-profile-math"), viewport={"width": 1200, "height": 900}) as context:
+        page = context.new_page()
+        page.on("request", lambda request: requests.append(request.url))
+        for name in pages:
+            page.goto(base + name, wait_until="load")
+            info = page.evaluate(PROSE_JS)
+            found = RAW_TEX.findall(info["prose"])
+            if found:
+                raw[name] = found[:3]
+            drawn[name] = info["math"]
+        page.goto(base + "09_mixed_precision.html", wait_until="load")
+        cells = page.locator(".jp-MarkdownCell")
+        counts = [cells.nth(i).locator("math").count() for i in range(cells.count())]
+        cells.nth(counts.index(max(counts))).screenshot(path=str(OUT / "09_math.png"))
     assert not raw, f"pages showing TeX as text: {raw}"
     outside = [url for url in requests if urlparse(url).scheme not in ("data", "about", "blob")
                and urlparse(url).netloc != urlparse(base).netloc]

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import CHROMIUM, CHROMIUM_FLAGS, require_chromium, started
+from helpers import chromium_context, require_chromium, started
 
 pytestmark = pytest.mark.browser
 
@@ -136,58 +136,51 @@ def wait_for(page, what, predicate, timeout: float, log_path: Path):
 
 
 def test_live_plots_render_and_move_in_jupyterlab(jupyter):
-    from playwright.sync_api import sync_playwright
     url, log_path = jupyter
     OUT.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(log_path.parent / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
-            args=CHROMIUM_FLAGS, viewport={"width": 1280, "height": 1000})
-        try:
-            page = context.pages[0] if context.pages else context.new_page()
-            page.goto(url, timeout=60_000)
-            page.wait_for_function(f"() => {NOTEBOOK_JS}?.sessionContext?.session?.kernel?.status === 'idle'",
-                                   timeout=90_000)
-            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # not awaited
+    with chromium_context(log_path.parent / "chromium-profile", viewport={"width": 1280, "height": 1000}) as context:
+        page = context.pages[0] if context.pages else context.new_page()
+        page.goto(url, timeout=60_000)
+        page.wait_for_function(f"() => {NOTEBOOK_JS}?.sessionContext?.session?.kernel?.status === 'idle'",
+                               timeout=90_000)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # not awaited
 
-            first = wait_for(page, DEMO_JS, lambda s: s and s["running"] and len(s["images"]) >= 2, 100, log_path)
-            page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "moment1.png"))
-            assert first["progress_bars"] == 1, "the progress bar widget did not render"
-            loss1, lr1 = first["images"][:2]
-            # the second moment: both pictures redrawn, and the loss picture seen in at least three states while the
-            # demo trains (frames keep coming a few times a second: the first frame's cost never delays the next)
-            seen = {loss1}
+        first = wait_for(page, DEMO_JS, lambda s: s and s["running"] and len(s["images"]) >= 2, 100, log_path)
+        page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "moment1.png"))
+        assert first["progress_bars"] == 1, "the progress bar widget did not render"
+        loss1, lr1 = first["images"][:2]
+        # the second moment: both pictures redrawn, and the loss picture seen in at least three states while the
+        # demo trains (frames keep coming a few times a second: the first frame's cost never delays the next)
+        seen = {loss1}
 
-            def moved(state):
-                if state["running"] and state["images"]:
-                    seen.add(state["images"][0])
-                return not state["running"] or (len(seen) >= 3 and state["images"][0] != loss1
-                                                and state["images"][1] != lr1)
+        def moved(state):
+            if state["running"] and state["images"]:
+                seen.add(state["images"][0])
+            return not state["running"] or (len(seen) >= 3 and state["images"][0] != loss1
+                                            and state["images"][1] != lr1)
 
-            second = wait_for(page, DEMO_JS, moved, 30, log_path)
-            page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "moment2.png"))
-            assert second["running"], (f"training ended before both plots were redrawn: raise DEMO_EPOCHS "
-                                       f"({DEMO_EPOCHS}) so that two moments fall during training")
-            assert len(seen) >= 3, f"the loss picture changed {len(seen) - 1} times while the demo trained"
-            loss2, lr2 = second["images"][:2]
-            save_png(loss1, "loss_moment1.png")
-            save_png(loss2, "loss_moment2.png")
-            save_png(lr1, "lr_moment1.png")
-            save_png(lr2, "lr_moment2.png")
-            assert pixels(loss1).shape == pixels(loss2).shape and pixels(lr1).shape == pixels(lr2).shape
-            assert (pixels(loss1) != pixels(loss2)).any(), "the loss plot did not change during training"
-            assert (pixels(lr1) != pixels(lr2)).any(), "the LR plot did not change during training"
+        second = wait_for(page, DEMO_JS, moved, 30, log_path)
+        page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "moment2.png"))
+        assert second["running"], (f"training ended before both plots were redrawn: raise DEMO_EPOCHS "
+                                   f"({DEMO_EPOCHS}) so that two moments fall during training")
+        assert len(seen) >= 3, f"the loss picture changed {len(seen) - 1} times while the demo trained"
+        loss2, lr2 = second["images"][:2]
+        save_png(loss1, "loss_moment1.png")
+        save_png(loss2, "loss_moment2.png")
+        save_png(lr1, "lr_moment1.png")
+        save_png(lr2, "lr_moment2.png")
+        assert pixels(loss1).shape == pixels(loss2).shape and pixels(lr1).shape == pixels(lr2).shape
+        assert (pixels(loss1) != pixels(loss2)).any(), "the loss plot did not change during training"
+        assert (pixels(lr1) != pixels(lr2)).any(), "the LR plot did not change during training"
 
-            done = wait_for(page, STATE_JS, lambda s: not s["busy"] and s["kernel"] == "idle"
-                            and (s["missing"] == 0 or s["errors"]), 100, log_path)
-            assert not done["errors"], f"cells raised: {done['errors']}"
-            n_code = sum(c["cell_type"] == "code" for c in json.loads((ROOT / "nbs" / NOTEBOOK).read_text())["cells"])
-            assert done["missing"] == 0 and done["n_cells"] == n_code, (done, n_code)  # every code cell ran
-            final = page.evaluate(DEMO_JS)
-            save_png(final["images"][0], "loss_final.png")
-            save_png(final["images"][1], "lr_final.png")
-            assert (pixels(final["images"][0]) != pixels(loss2)).any()
-            page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "final.png"))
-            page.screenshot(path=str(OUT / "page.png"))
-        finally:
-            context.close()
+        done = wait_for(page, STATE_JS, lambda s: not s["busy"] and s["kernel"] == "idle"
+                        and (s["missing"] == 0 or s["errors"]), 100, log_path)
+        assert not done["errors"], f"cells raised: {done['errors']}"
+        n_code = sum(c["cell_type"] == "code" for c in json.loads((ROOT / "nbs" / NOTEBOOK).read_text())["cells"])
+        assert done["missing"] == 0 and done["n_cells"] == n_code, (done, n_code)  # every code cell ran
+        final = page.evaluate(DEMO_JS)
+        save_png(final["images"][0], "loss_final.png")
+        save_png(final["images"][1], "lr_final.png")
+        assert (pixels(final["images"][0]) != pixels(loss2)).any()
+        page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "final.png"))
+        page.screenshot(path=str(OUT / "page.png"))
