@@ -72,16 +72,19 @@ def find_cb(learn, cls):
 
 
 class StopAt(Callback):
-    "Saves a checkpoint to `path` after training batch `n_iter`, then stops the run (never, with `n_iter` None)."
+    "Saves a checkpoint to `path` after training batch `n_iter` (never, with `n_iter` None), then stops the run, or with `die` ends the process at once (os._exit, as a kill would)."
     order = 200
 
-    def __init__(self, n_iter, path):
+    def __init__(self, n_iter, path, die: bool = False):
         self.n_iter = n_iter
         self.path = path
+        self.die = die
 
     def on_batch_end(self):
         if self.learn.training and self.learn.n_iter == self.n_iter:
             save_checkpoint(self.learn, self.path)
+            if self.die:
+                os._exit(0)
             raise CancelFitException()
 
 

@@ -2,13 +2,11 @@
 save-best, for tests/test_regularize.py. It can checkpoint after a given training batch and die there (os._exit, as a
 killed process: no on_train_end), or resume from such a checkpoint; at the end it saves what the test compares."""
 import argparse
-import os
 
 import torch
 from torch import nn
 
-from looplab.callback import Callback
-from looplab.checkpoint import load_checkpoint, save_checkpoint
+from looplab.checkpoint import load_checkpoint
 from looplab.data import DataLoaders, load_digits
 from looplab.learner import Learner, set_seed
 from looplab.metrics import Accuracy
@@ -16,21 +14,9 @@ from looplab.monitor import SWA, EarlyStopping, SaveBestModel
 from looplab.regularize import GradientAccumulation, GradientClipping, MixUp
 from looplab.schedule import fit_one_cycle
 
+from helpers import StopAt
+
 N_EPOCHS = 4
-
-
-class DieAfter(Callback):
-    "Saves a checkpoint after training batch `n_iter`, then ends the process at once."
-    order = 200
-
-    def __init__(self, n_iter, path):
-        self.n_iter = n_iter
-        self.path = path
-
-    def on_batch_end(self):
-        if self.learn.training and self.learn.n_iter == self.n_iter:
-            save_checkpoint(self.learn, self.path)
-            os._exit(0)
 
 
 def build(die_after=None, ckpt=None) -> Learner:
@@ -38,7 +24,7 @@ def build(die_after=None, ckpt=None) -> Learner:
     set_seed(5)
     model = nn.Sequential(nn.Linear(64, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Dropout(0.2), nn.Linear(64, 10))
     cbs = [GradientClipping(1.0), GradientAccumulation(3), MixUp(0.4, seed=1), SWA(start_epoch=1),
-           EarlyStopping(patience=2), SaveBestModel("accuracy"), DieAfter(die_after, ckpt)]
+           EarlyStopping(patience=2), SaveBestModel("accuracy"), StopAt(die_after, ckpt, die=True)]
     learn = Learner(model, DataLoaders.from_tensors(*load_digits(), bs=64, seed=3), metrics=[Accuracy()], cbs=cbs,
                     opt_func=lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9))
     learn.remove_cbs(learn.progress)
