@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import numpy as np
+
 from matplotlib.figure import Figure
 
 import torch
@@ -15,10 +17,11 @@ import torch.nn.functional as F
 
 from .callback import Callback
 from .checks import check_int
-from .gan import GANFeeder, GANTrainer, _trainer, clamp_weights, draw_gan_panels
+from .gan import GANAxes, GANFeeder, GANTrainer, _trainer, clamp_weights
+from .learner import _length
 from .recorder import _over_ranks
 from .metrics import MeanReducer
-from .widgets import LivePlot
+from .widgets import LivePlot, _grown_limits
 
 # %% auto #0
 __all__ = ['GAN_COLUMNS', 'SCORE_COLUMNS', 'DCGANTrainer', 'TrainingMean', 'GANColumns', 'digit_grid', 'GANPlot']
@@ -136,7 +139,6 @@ def digit_grid(ax, fakes: torch.Tensor) -> None:
 class GANPlot(LivePlot):
     "Live plot of the generator's and the critic's losses, and of samples from fixed noise."
     order = 85  # after the trainer and the switcher recorded the batch
-    blit = False  # the samples change everywhere: each draw draws the whole figure
     empty_hint = "train with learn.fit(..., cbs=gan_plot) first"
 
     def __init__(self, show_samples: Callable, n_samples: int = 256, every_ms: float = 250,
@@ -156,6 +158,9 @@ class GANPlot(LivePlot):
         self.trainer = _trainer(self.learn)
         g = torch.Generator().manual_seed(self.seed)
         self.fixed_noise = torch.randn(self.n_samples, *self.trainer.noise_size, generator=g)
+        per_epoch = _length(self.learn.dls.train)
+        self._x_end = None if per_epoch is None else self.learn.n_iter + self.learn.n_epochs * per_epoch  # the fit's end
+        self._ylim = None
 
     def samples(self) -> torch.Tensor:
         "The generator's output on the fixed noise, in eval mode, on the CPU."
@@ -169,7 +174,29 @@ class GANPlot(LivePlot):
         return fakes
 
     def _artists(self, fig: Figure) -> list:
-        return []  # nothing is animated: `_fill` draws everything
+        self._live_axes = GANAxes(fig)  # built once per fit
+        return [*self._live_axes.lines, self._live_axes.ax_samples]  # what each draw draws; the rest is kept
 
     def _fill(self, fig: Figure, artists: list, grow: bool) -> None:
-        draw_gan_panels(fig, self.trainer, self.samples(), self.show_samples, self.learn.n_iter)
+        self._show(self._live_axes, grow)
+
+    def plot(self) -> Figure:
+        "The two panels now, on a figure of their own."
+        self._check_ready()
+        fig = self._figure()
+        self._show(GANAxes(fig), grow=False)
+        return fig
+
+    def _show(self, panels: GANAxes, grow: bool) -> None:
+        "The losses and fresh samples on `panels`; with `grow`, the loss axes' limits change only to hold a new point."
+        panels.show_losses(self.trainer, fit=not grow)
+        if grow:
+            losses = np.concatenate([line.get_ydata() for line in panels.lines])
+            losses = losses[np.isfinite(losses)]
+            if len(losses):
+                self._ylim = _grown_limits(self._ylim, float(losses.min()), float(losses.max()))
+                panels.ax_loss.set_ylim(*self._ylim)
+            if self._x_end is None or self.learn.n_iter > self._x_end:  # a loader of unknown length: double
+                self._x_end = 2 ** math.ceil(math.log2(max(self.learn.n_iter, 16)))
+            panels.ax_loss.set_xlim(0, self._x_end)
+        panels.show_samples(self.samples(), self.show_samples, self.learn.n_iter)

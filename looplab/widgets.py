@@ -103,8 +103,9 @@ class BlitFigure:
         self._background = None
 
     def _layout(self) -> tuple:
-        "What the background depends on, besides what `invalidate` is told about: every axes' limits and scales."
-        return tuple((ax.get_xlim(), ax.get_ylim(), ax.get_xscale(), ax.get_yscale()) for ax in self.fig.axes)
+        "What the background depends on, besides what `invalidate` is told about: the limits and scales of each axes not animated."
+        return tuple((ax.get_xlim(), ax.get_ylim(), ax.get_xscale(), ax.get_yscale()) for ax in self.fig.axes
+                     if not ax.get_animated())  # an animated axes is drawn whole at every render
 
     def render(self) -> bytes:
         "Draw the figure off-screen (only the animated artists when the background has not changed); return a PNG."

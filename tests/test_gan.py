@@ -1,4 +1,5 @@
 "GAN training (looplab.gan, looplab.gan_images): freezing, switchers, mode coverage, resume in a new process, AMP."
+import io
 import math
 import os
 import random
@@ -194,15 +195,43 @@ def test_gan_plot_headless_draws_nothing_and_plots_after_training(tmp_path):
     assert plot.samples().shape == (100, 2)
 
 
-def test_gan_plot_widget_mode_redraws_the_whole_figure_and_leaves_the_run_alone(monkeypatch):
+class Blitted(Callback):
+    "After training batch `n_iter`, once the plot drew it: whether its blitted frame is the picture a full draw makes."
+    order = 200
+
+    def __init__(self, plot, n_iter):
+        self.plot, self.n_iter, self.same = plot, n_iter, None
+
+    def on_batch_end(self):
+        if self.learn.training and self.learn.n_iter == self.n_iter:
+            live = self.plot.live
+            full_draws = live.n_full_draws
+            blitted = live.png
+            live.invalidate()
+            live.render()
+            self.same = full_draws < live.n_full_draws and pixels(blitted) == pixels(live.png)
+
+
+def pixels(png: bytes) -> bytes:
+    from PIL import Image
+    return Image.open(io.BytesIO(png)).convert("RGBA").tobytes()
+
+
+def test_gan_plot_widget_mode_keeps_the_loss_axes_redraws_the_samples_and_leaves_the_run_alone(monkeypatch):
     monkeypatch.setattr(Throttle, "due", lambda self: True)
     plot = GANPlot(ring_scatter(make_rings(256, std=0.1, seed=0)[0]), n_samples=64, mode="widget")
-    learn = ring_learner(cbs=[plot], n=512)
+    check = Blitted(plot, 6)
+    learn = ring_learner(cbs=[plot, check], n=512)
     learn.fit(1)
     alone = ring_learner(n=512)
     alone.fit(1)
-    assert plot.live.n_draws == 8 + 1 and plot.live.n_full_draws == plot.live.n_draws  # nothing blitted
-    assert plot.live.png[:8] == PNG
+    live = plot.live
+    ax_loss, ax_samples = live.fig.axes
+    assert live.animated == [*ax_loss.lines, ax_samples]  # the two series and the samples panel; the rest is kept
+    assert live.n_draws == 8 + 1 and live.n_full_draws <= 4  # blitted: the first, a few growing limits, the last
+    assert check.same  # a blitted frame is the picture a full draw makes
+    assert len(ax_samples.collections) == 2 and ax_samples.get_title() == f"samples after batch {learn.n_iter}"  # cleared
+    assert live.png[:8] == PNG
     assert all(torch.equal(a, b) for a, b in zip(learn.model.parameters(), alone.model.parameters()))  # fixed noise of its own
 
 

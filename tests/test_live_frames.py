@@ -146,23 +146,26 @@ def test_lr_plot_legends_of_several_groups_fit_above_their_panels():
 
 # --- GANPlot --------------------------------------------------------------------------------------------------
 
-def test_gan_plot_frames_draw_the_legend_over_the_points_and_the_labels_inside(always_due):
+def test_gan_plot_frames_keep_the_legend_off_the_points_and_the_labels_inside(always_due):
     x, _ = load_digits()
     set_seed(0)
     generator = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 64), nn.Sigmoid())
     critic = nn.Sequential(nn.Linear(64, 32), nn.LeakyReLU(0.2), nn.Linear(32, 1))
     plot = GANPlot(digit_grid, n_samples=16, mode="widget")
+    seen = []
+    mid_fit = AtBatch(6, lambda: seen.append(check_clean(plot.live.fig, plot.live.animated[:2])))  # the two series
     learn = gan_learner(generator, critic, DataLoaders.from_tensors(x[:256], torch.zeros(256), bs=64, valid_pct=0.0),
-                        noise_size=16, cbs=[plot])
+                        noise_size=16, cbs=[plot, mid_fit])
     learn.remove_cbs(learn.progress)
-    learn.fit(1)
-    fig = plot.live.fig
-    assert plot.live.animated == []  # every frame is a full draw: the legend is drawn in it, above the points
-    renderer = extents(fig)
-    ax_loss = fig.axes[0]
-    legend = ax_loss.get_legend()
-    assert all(legend.get_zorder() > artist.get_zorder() for artist in ax_loss.lines + ax_loss.collections)
-    for ax in fig.axes:
-        for text in (ax.yaxis.label, ax.xaxis.label, ax.title):
-            box = text.get_window_extent(renderer)
-            assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1
+    learn.fit(2)
+    assert seen == [[]]  # the live frame mid-fit
+    ax_loss, ax_samples = plot.live.fig.axes
+    assert plot.live.animated == [*ax_loss.lines, ax_samples]  # the legend is no part of what each frame redraws
+    for fig in (plot.live.fig, plot.plot()):  # the last frame, and the static picture
+        assert check_clean(fig) == []
+        renderer = extents(fig)
+        ax_loss = fig.axes[0]
+        assert ax_loss.get_legend().get_window_extent(renderer).y0 >= ax_loss.bbox.y1  # above the axes, off the points
+        assert [t.get_text() for t in ax_loss.get_legend().get_texts()] == ["critic", "generator"]
+        titles = [ax.title.get_window_extent(renderer).y0 for ax in fig.axes]
+        assert titles[0] == titles[1]  # side by side, the titles line up

@@ -2,8 +2,9 @@
 
 The kernel is started as tools/run_tour.py starts one (jupyter_client, IPC transport), with no IN_TEST and no
 MPLBACKEND, as a student's is. A fit of about a second, then one of about three, train the digits MLP with
-`LossPlot(mode="widget")`; each asks for the epochs an untimed epoch says fill its time three times over, and a
-callback cancels it after its time, so that its length does not depend on this machine's speed. The test counts the kernel's display messages carrying image/png while the cell runs, the final
+`LossPlot(mode="widget")`; then a fit of about three trains notebook 10b's GAN on the digits with
+`GANPlot(digit_grid, mode="widget")`. Each asks for the epochs an untimed epoch says fill its time three times over,
+and a callback cancels it after its time, so that its length does not depend on this machine's speed. The test counts the kernel's display messages carrying image/png while the cell runs, the final
 picture (drawn at the end of training) aside. The first fit is the plot's first in this process: cold.
 Every kernel this test starts is shut down by the test, however it ends."""
 import sys
@@ -76,3 +77,29 @@ def test_a_fit_sends_pictures_while_it_trains(kernel, seconds, at_least):
     assert shown[-1] == "png"  # the output ends with the picture, not a placeholder
     during = shown[:-1].count("png")
     assert during >= at_least, f"{during} pictures during a {seconds} s fit: {shown}"
+
+
+GAN_SETUP = """
+import torch
+from looplab.gan import gan_learner
+from looplab.gan_images import GANPlot, digit_grid
+set_seed(0)
+x, _ = load_digits()
+generator = nn.Sequential(nn.Linear(16, 128), nn.ReLU(), nn.Linear(128, 64), nn.Sigmoid())  # notebook 10b's
+critic = nn.Sequential(nn.Linear(64, 128), nn.LeakyReLU(0.2), nn.Linear(128, 1))
+gan = gan_learner(generator, critic, DataLoaders.from_tensors(x, torch.zeros(len(x)), bs=64, valid_pct=0.0),
+                  noise_size=16, progress=False)
+gan.fit(1)
+gan_epoch_start = time.perf_counter()
+gan.fit(1)
+gan_epoch_seconds = time.perf_counter() - gan_epoch_start
+"""
+
+
+def test_a_gan_fit_sends_pictures_while_it_trains(kernel):
+    assert "png" not in pictures(kernel, GAN_SETUP)
+    shown = pictures(kernel, "gan.fit(max(2, math.ceil(3 * 3 / gan_epoch_seconds)), "
+                             "cbs=[GANPlot(digit_grid, n_samples=64, mode='widget'), StopAfter(3)])")
+    assert shown[-1] == "png"  # the output ends with the picture, not a placeholder
+    during = shown[:-1].count("png")
+    assert during >= 6, f"{during} pictures during a 3 s GAN fit: {shown}"

@@ -142,3 +142,23 @@ def test_live_figure_blits_and_blitting_draws_what_a_full_draw_draws():
     ax.set_xlim(0, 20)
     live.render()
     assert live.n_full_draws == 3
+
+
+def test_an_animated_axes_is_drawn_whole_at_each_render_and_its_limits_keep_the_background():
+    live = LiveFigure(figsize=(6, 2.5))
+    still, moving = live.fig.subplots(1, 2)
+    still.plot([0, 1], [0, 1])
+    live.animate(moving)
+    for n in range(1, 5):
+        moving.clear()  # a panel drawn afresh at each draw, its limits autoscaled to new data
+        moving.plot(range(n + 1), range(n + 1))
+        moving.set_title(f"{n + 1} points")
+        live.draw()
+    assert (live.n_draws, live.n_full_draws) == (4, 1)
+    blitted = np.asarray(Image.open(io.BytesIO(live.png)))
+    live.invalidate()
+    full = np.asarray(Image.open(io.BytesIO(live.render())))
+    assert (blitted == full).all()  # the animated axes, ticks and title included, as a full draw draws them
+    still.set_xlim(0, 2)  # the other axes' limits still redraw the background
+    live.render()
+    assert live.n_full_draws == 3
