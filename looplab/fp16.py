@@ -10,7 +10,7 @@ from torch import nn
 
 from .callback import Callback, CancelStepException
 from .checks import check_int, check_number
-from .engine import AMPEngine, needs_closure
+from .engine import AMPEngine
 
 # %% auto #0
 __all__ = ['check_half', 'LossScale', 'half_model', 'rebind_optimizer', 'grads_to_masters', 'copy_values', 'rebind_learner_opts',
@@ -132,9 +132,8 @@ class _MasterWeights(Callback):
         if isinstance(learn.engine, AMPEngine):
             raise ValueError(f"MixedPrecision does by hand what {learn.engine!r} does with torch.amp: use one of "
                              "them, with a DeviceEngine for MixedPrecision")
-        closures = [type(opt).__name__ for opt in learn.opts.values() if needs_closure(opt)]
-        if closures:
-            raise ValueError(f"{closures[0]} evaluates the loss again inside its step, and MixedPrecision copies the "
+        if learn.closure_opts:
+            raise ValueError(f"{type(learn.closure_opts[0]).__name__} evaluates the loss again inside its step, and MixedPrecision copies the "
                              "scaled half gradients to the fp32 masters once, before the step: train it in full "
                              "precision, or with AMPEngine(torch.bfloat16)")
         check_half(learn.engine.device, self.dtype)

@@ -62,6 +62,7 @@ class LearnerBase:
         self.metrics = as_reducers(metrics)
         self.opts: dict[str, torch.optim.Optimizer] = {}
         self.opt = None
+        self.closure_opts = ()  # the optimizers whose step takes a closure (LBFGS): found at every fit
         self.clip_fn = None
         self.sync_grads = True
         self.n_epochs = 0
@@ -133,10 +134,11 @@ class LearnerSetup(LearnerBase):
             self.create_opt()
         if self.opt is None:
             self.opt = next(iter(self.opts.values()))
-        self._closure_opts = tuple(opt for opt in self.opts.values() if needs_closure(opt))  # LBFGS and kin
-        for opt in self._closure_opts:
-            if closure_refusal(self.engine, opt) is not None:
-                raise ValueError(closure_refusal(self.engine, opt))
+        self.closure_opts = tuple(opt for opt in self.opts.values() if needs_closure(opt))  # LBFGS and kin
+        for opt in self.closure_opts:
+            refusal = closure_refusal(self.engine, opt)
+            if refusal is not None:
+                raise ValueError(refusal)
         if lr is not None:
             self.lr = _checked_lr(lr)
             for opt in self.opts.values():  # every optimizer: a GAN's generator and critic alike
@@ -158,7 +160,6 @@ class LearnerSetup(LearnerBase):
 # %% ../nbs/04_learner.ipynb #924453ea
 class BatchLoop(LearnerSetup):
     "The Learner's state, plus one batch: forward, loss, backward, step, zero_grad, with their events."
-    _closure_opts = ()  # the optimizers whose step takes a closure: set by `_prepare_opts` at every fit
     def _do_batch(self) -> None:
         try:
             self.cbh("on_batch_begin")
@@ -196,10 +197,7 @@ class BatchLoop(LearnerSetup):
         self.step_skipped = False
         try:
             self.cbh("on_step_begin")
-            if self.opt in self._closure_opts:  # LBFGS and kin: the step evaluates the batch again
-                self.step_skipped = not _closure_step(self)
-            else:
-                self.step_skipped = not self.engine.optimizer_step(self.loss_grad, self.model, self.opt, self.clip_fn)
+            self.step_skipped = not _optimizer_step(self)
             if self.step_skipped:
                 raise CancelStepException()
             self.n_steps += 1
@@ -220,8 +218,10 @@ class BatchLoop(LearnerSetup):
                 raise  # a broader cancel: on to the enclosing phase
 
 # %% ../nbs/04_learner.ipynb #4a295064
-def _closure_step(learn) -> bool:
-    "Step `learn.opt` through a closure that evaluates the current batch again, with its events; say whether it stepped."
+def _optimizer_step(learn) -> bool:
+    "The engine's step of `learn.opt`; for LBFGS and kin, through a closure that evaluates the batch again, with its events."
+    if learn.opt not in learn.closure_opts:
+        return learn.engine.optimizer_step(learn.loss_grad, learn.model, learn.opt, learn.clip_fn)
     first = learn.preds, learn.loss_grad
 
     def evaluate():

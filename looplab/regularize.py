@@ -14,7 +14,6 @@ from torch import nn
 from .callback import (Callback, CancelBatchException, CancelFitException, CancelStepException,
                               CancelZeroGradException)
 from .checks import check_int, check_number
-from .engine import needs_closure
 
 # %% auto #0
 __all__ = ['GradientClipping', 'GradientAccumulation', 'MixUp', 'LabelSmoothingCrossEntropy', 'RNNRegularizer', 'TerminateOnNaN']
@@ -56,8 +55,22 @@ class GradientClipping(Callback):
     def state_dict(self) -> dict:
         return {}  # last_norm is measured again at the next step: a checkpoint needs nothing from here
 
+# %% ../nbs/08_regularization.ipynb #491aed4d
+class _OpenGradients(Callback):
+    "A callback whose state is the gradients gathered so far (the model's `.grad`), saved and loaded with a checkpoint."
+    def _params(self) -> list[torch.Tensor]:
+        return list(self.learn.engine.unwrap_model(self.learn.model).parameters())
+
+    def state_dict(self) -> dict:
+        return {"grads": {str(i): p.grad.detach().clone() for i, p in enumerate(self._params()) if p.grad is not None}}
+
+    def load_state_dict(self, state: dict) -> None:
+        for i, p in enumerate(self._params()):
+            grad = state["grads"].get(str(i))
+            p.grad = None if grad is None else grad.to(p.device, p.dtype).clone()
+
 # %% ../nbs/08_regularization.ipynb #af47faf6
-class GradientAccumulation(Callback):
+class GradientAccumulation(_OpenGradients):
     "Step once every `n_batches` batches, on the mean of their gradients; a partial last window is stepped or dropped."
     order = 5  # after callbacks that add penalties to loss_grad (default order 0): the whole of it is divided
     unique = True
@@ -85,9 +98,9 @@ class GradientAccumulation(Callback):
         return min(self.n_batches, n_epoch - start), self.learn.iter - start
 
     def on_train_begin(self):
-        closures = [type(opt).__name__ for opt in self.learn.opts.values() if needs_closure(opt)]
-        if closures and self.n_batches > 1:
-            raise ValueError(f"{closures[0]} evaluates the loss again inside its step, on the step's batch alone, "
+        if self.learn.closure_opts and self.n_batches > 1:
+            name = type(self.learn.closure_opts[0]).__name__
+            raise ValueError(f"{name} evaluates the loss again inside its step, on the step's batch alone, "
                              f"while GradientAccumulation({self.n_batches}) steps on gradients gathered over "
                              f"{self.n_batches} batches: give it bigger batches instead")
 
@@ -112,17 +125,6 @@ class GradientAccumulation(Callback):
 
     def on_train_end(self):
         self.learn.sync_grads = True
-
-    def _params(self) -> list[torch.Tensor]:
-        return list(self.learn.engine.unwrap_model(self.learn.model).parameters())
-
-    def state_dict(self) -> dict:
-        return {"grads": {str(i): p.grad.detach().clone() for i, p in enumerate(self._params()) if p.grad is not None}}
-
-    def load_state_dict(self, state: dict) -> None:
-        for i, p in enumerate(self._params()):
-            grad = state["grads"].get(str(i))
-            p.grad = None if grad is None else grad.to(p.device, p.dtype).clone()
 
 # %% ../nbs/08_regularization.ipynb #a781023e
 class MixUp(Callback):
