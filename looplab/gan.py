@@ -74,7 +74,7 @@ def wgan_crit_loss(real_scores: torch.Tensor, fake_scores: torch.Tensor) -> torc
 
 LOGIT_LOSSES = (bce_crit_loss,)  # critic losses that apply the sigmoid themselves: a critic ending in one is wrong
 
-# %% ../nbs/10_gan.ipynb #52db366b
+# %% ../nbs/10_gan.ipynb #06a34b6c
 def _scores(pred: torch.Tensor, what: str) -> torch.Tensor:
     "The critic's output `pred` as one score per item; a ValueError naming the shape and both fixes otherwise."
     if pred.ndim >= 1 and len(pred) and pred[0].numel() == 1:
@@ -85,6 +85,7 @@ def _scores(pred: torch.Tensor, what: str) -> torch.Tensor:
                      "nn.Linear(..., 1). A conv critic: end it with a conv to 1 channel whose kernel covers its whole "
                      "input (1x1 out), or flatten and map to one score: nn.Flatten(), nn.LazyLinear(1)")
 
+# %% ../nbs/10_gan.ipynb #52db366b
 class GANLoss(nn.Module):
     "The generator's loss in generator mode; in critic mode, real predictions against predictions on fresh fakes."
     n_logit_checks = 20  # critic batches whose scores are checked for a sigmoid in front of a logits loss

@@ -135,6 +135,20 @@ def digit_grid(ax, fakes: torch.Tensor) -> None:
     ax.set_yticks([])
     ax.set_xlabel(f"{n * n} generated digits, 8×8 pixels each")
 
+# %% ../nbs/10b_gan_images.ipynb #a4a461fa
+def _grow_loss_axes(panels: GANAxes, ylim: tuple[float, float] | None, x_end: int | None,
+                    n_iter: int) -> tuple[tuple[float, float] | None, int | None]:
+    "Limits of the loss panel that only grow to hold the newest points; returns the new `(ylim, x_end)`."
+    losses = np.concatenate([line.get_ydata() for line in panels.lines])
+    losses = losses[np.isfinite(losses)]
+    if len(losses):
+        ylim = _grown_limits(ylim, float(losses.min()), float(losses.max()))
+        panels.ax_loss.set_ylim(*ylim)
+    if x_end is None or n_iter > x_end:  # a loader of unknown length: double
+        x_end = 2 ** math.ceil(math.log2(max(n_iter, 16)))
+    panels.ax_loss.set_xlim(0, x_end)
+    return ylim, x_end
+
 # %% ../nbs/10b_gan_images.ipynb #fd88ce32
 class GANPlot(LivePlot):
     "Live plot of the generator's and the critic's losses, and of samples from fixed noise."
@@ -191,12 +205,5 @@ class GANPlot(LivePlot):
         "The losses and fresh samples on `panels`; with `grow`, the loss axes' limits change only to hold a new point."
         panels.show_losses(self.trainer, fit=not grow)
         if grow:
-            losses = np.concatenate([line.get_ydata() for line in panels.lines])
-            losses = losses[np.isfinite(losses)]
-            if len(losses):
-                self._ylim = _grown_limits(self._ylim, float(losses.min()), float(losses.max()))
-                panels.ax_loss.set_ylim(*self._ylim)
-            if self._x_end is None or self.learn.n_iter > self._x_end:  # a loader of unknown length: double
-                self._x_end = 2 ** math.ceil(math.log2(max(self.learn.n_iter, 16)))
-            panels.ax_loss.set_xlim(0, self._x_end)
+            self._ylim, self._x_end = _grow_loss_axes(panels, self._ylim, self._x_end, self.learn.n_iter)
         panels.show_samples(self.samples(), self.show_samples, self.learn.n_iter)

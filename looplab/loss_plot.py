@@ -88,20 +88,9 @@ def _per_column(x: np.ndarray, y, n_columns: int) -> tuple[np.ndarray, np.ndarra
     keep = np.concatenate([(np.arange(0, whole, per)[:, None] + inside).ravel(), np.arange(whole, len(y))])
     return x[keep], y[keep]
 
-# %% ../nbs/05b_loss_plot.ipynb #f72c96a3
-class LossChart(LivePlot):
-    "Live chart of the training loss (each batch; smoothed afresh per fit, β from `smoothing_beta` unless given) and the validation loss."
-    order = 80  # after the Recorder (-10) has the batch; before ProgressCallback (90) prints an epoch's row
-    empty_hint = "train with learn.fit(..., cbs=loss_plot) first"
-
-    def __init__(self, log: bool = False, beta: float | None = None, every_ms: float = 250, max_overhead: float = 0.1,
-                 mode: str = "auto", figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80, file=None):
-        super().__init__(every_ms, max_overhead, mode, figsize, dpi, file)
-        self.beta = beta if beta is None else check_number("beta", beta, low=0, high=1, high_open=True)  # smoothing
-        self._beta = beta  # the β of the fit drawn: `beta`, or the one the Recorder picked for the fit's length
-        self.log = log  # log-scale loss axis
-        self._clear()
-
+# %% ../nbs/05b_loss_plot.ipynb #25905b75
+class _LossRecord(LivePlot):
+    "What a loss chart holds of the fit it draws, taken from the Recorder: batch losses, smoothed, validation losses."
     def _clear(self) -> None:
         self.losses: list[float] = []  # this fit's batch losses, as collected so far
         self.smooth: list[float] = []
@@ -120,9 +109,6 @@ class LossChart(LivePlot):
         self._per_epoch = _length(self.learn.dls.train)
         self._total = None if self._per_epoch is None else self.learn.n_epochs * self._per_epoch
 
-    def _artists(self, fig: Figure) -> list:
-        return _loss_axes(fig, self._beta, self.log, self._total or len(self.losses))
-
     def _collect(self) -> None:
         recorder = self.learn.recorder
         self.smooth = recorder.smooth_losses(self.beta)[self._first:]  # flushes: one host sync for all new losses
@@ -137,6 +123,23 @@ class LossChart(LivePlot):
             self.valid_steps.append(len(self.losses))
             self.valid_losses.append(valid_loss)
             self._finite.append(valid_loss)
+
+# %% ../nbs/05b_loss_plot.ipynb #f72c96a3
+class LossChart(_LossRecord):
+    "Live chart of the training loss (each batch; smoothed afresh per fit, β from `smoothing_beta` unless given) and the validation loss."
+    order = 80  # after the Recorder (-10) has the batch; before ProgressCallback (90) prints an epoch's row
+    empty_hint = "train with learn.fit(..., cbs=loss_plot) first"
+
+    def __init__(self, log: bool = False, beta: float | None = None, every_ms: float = 250, max_overhead: float = 0.1,
+                 mode: str = "auto", figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80, file=None):
+        super().__init__(every_ms, max_overhead, mode, figsize, dpi, file)
+        self.beta = beta if beta is None else check_number("beta", beta, low=0, high=1, high_open=True)  # smoothing
+        self._beta = beta  # the β of the fit drawn: `beta`, or the one the Recorder picked for the fit's length
+        self.log = log  # log-scale loss axis
+        self._clear()
+
+    def _artists(self, fig: Figure) -> list:
+        return _loss_axes(fig, self._beta, self.log, self._total or len(self.losses))
 
     def _fill(self, fig: Figure, lines: list, grow: bool) -> None:
         ax = fig.axes[0]

@@ -63,30 +63,13 @@ def _outside_the_kit(level: int) -> int:
         level += 1
     return level
 
-# %% ../nbs/03b_recorder.ipynb #72d06981
-class BatchRecorder(Callback):
-    "Records every training batch's loss and the hyper-parameters of its step, with one host sync per flush."
-    order = -10  # writes the epoch's row before other callbacks read it in on_epoch_end
-    unique = True
-    flush_every = 4096  # batches kept as tensors before one conversion to floats
-
+# %% ../nbs/03b_recorder.ipynb #0b1c3ab6
+class _StepHypers(Callback):
+    "The hyper-parameters of the latest optimizer step, read again only when they changed, and the steps skipped."
     def __init__(self):
-        self.losses: list[float] = []  # every training batch, over every fit
-        self.hypers: list[tuple] = []  # for each of those batches: (LR per group, momentum per group) of its step
         self.n_skipped = 0  # steps the engine skipped (inf or NaN gradients)
-        self.valid_loss = MeanReducer("valid_loss")  # and the learner's metrics: reducers over validation batches
-        self._pending: list[torch.Tensor] = []
-        self._pending_bs: list[int] = []
         self._hyper = ((), ())
         self._hyper_of = (None, None)  # the (lr, momentum or betas) objects `_hyper` was read from
-        self._epoch_total = 0.0  # weighted sum of this epoch's flushed batch losses
-        self._epoch_count = 0  # and the number of items behind it
-        self._summed = False  # whether the loss function sums over the batch: recorded divided by its items
-
-    def on_train_begin(self):
-        self._summed = summed_loss(getattr(self.learn, "loss_func", None))
-
-    on_validate_begin = on_train_begin  # the loss function may have changed between two fits, or before validate()
 
     def on_step_end(self):
         groups = self.learn.opt.param_groups
@@ -99,6 +82,29 @@ class BatchRecorder(Callback):
     def on_step_cancel(self):
         self.on_step_end()
         self.n_skipped += self.learn.step_skipped
+
+# %% ../nbs/03b_recorder.ipynb #72d06981
+class BatchRecorder(_StepHypers):
+    "Records every training batch's loss and the hyper-parameters of its step, with one host sync per flush."
+    order = -10  # writes the epoch's row before other callbacks read it in on_epoch_end
+    unique = True
+    flush_every = 4096  # batches kept as tensors before one conversion to floats
+
+    def __init__(self):
+        super().__init__()
+        self.losses: list[float] = []  # every training batch, over every fit
+        self.hypers: list[tuple] = []  # for each of those batches: (LR per group, momentum per group) of its step
+        self.valid_loss = MeanReducer("valid_loss")  # and the learner's metrics: reducers over validation batches
+        self._pending: list[torch.Tensor] = []
+        self._pending_bs: list[int] = []
+        self._epoch_total = 0.0  # weighted sum of this epoch's flushed batch losses
+        self._epoch_count = 0  # and the number of items behind it
+        self._summed = False  # whether the loss function sums over the batch: recorded divided by its items
+
+    def on_train_begin(self):
+        self._summed = summed_loss(getattr(self.learn, "loss_func", None))
+
+    on_validate_begin = on_train_begin  # the loss function may have changed between two fits, or before validate()
 
     def on_batch_end(self):
         learn = self.learn
@@ -229,6 +235,20 @@ def smooth_fits(losses: list[float], fits: list[tuple[int, float]], beta: float 
         out.extend(smooth(losses[start:end], fit_beta if beta is None else beta))
     return out
 
+# %% ../nbs/03b_recorder.ipynb #03ae93be
+def _plot_history(rec, ax, log: bool, beta: float | None):
+    "Draw `rec`'s batch losses, their smoothed curve and the per-epoch valid loss on `ax` (a new figure if None)."
+    if ax is None:
+        from matplotlib import pyplot as plt  # here, not at the top: training in a script needs no matplotlib
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    steps = range(1, len(rec.losses) + 1)
+    betas = sorted({b for _, b in _from_zero(rec.fits, len(rec.losses))}) if beta is None else [beta]
+    ax.plot(steps, rec.losses, alpha=0.3, label="train (batch)")
+    ax.plot(steps, rec.smooth_losses(beta), label=f"train (smoothed, β={', '.join(map(str, betas))})")
+    ax.plot(rec.epoch_ends, [r["valid_loss"] for r in rec.values], "o-", label="valid (epoch)")
+    _loss_labels(ax, log)
+    return ax.figure
+
 # %% ../nbs/03b_recorder.ipynb #210efdbf
 class Recorder(EpochRecorder):
     "Records every training batch's loss and hyper-parameters, and per epoch the losses, metrics and time."
@@ -281,16 +301,7 @@ class Recorder(EpochRecorder):
         self.flush()
         if not self.losses:
             raise ValueError("nothing to plot yet: the recorder has no training batch; call learn.fit first")
-        if ax is None:
-            from matplotlib import pyplot as plt  # here, not at the top: training in a script needs no matplotlib
-            _, ax = plt.subplots(figsize=(6, 3.5))
-        steps = range(1, len(self.losses) + 1)
-        betas = sorted({b for _, b in _from_zero(self.fits, len(self.losses))}) if beta is None else [beta]
-        ax.plot(steps, self.losses, alpha=0.3, label="train (batch)")
-        ax.plot(steps, self.smooth_losses(beta), label=f"train (smoothed, β={', '.join(map(str, betas))})")
-        ax.plot(self.epoch_ends, [r["valid_loss"] for r in self.values], "o-", label="valid (epoch)")
-        _loss_labels(ax, log)
-        return ax.figure
+        return _plot_history(self, ax, log, beta)
 
 # %% ../nbs/03b_recorder.ipynb #d9a3e4f6
 def _loss_labels(ax, log: bool) -> None:
@@ -320,23 +331,52 @@ def _epoch_row(row: dict, columns: list[str], n_epochs: int) -> str:
     cells.append(f"{row['time']:>11.2f}s")
     return "  ".join(cells)
 
+# %% ../nbs/03b_recorder.ipynb #28400b2b
+class _BatchLines(Callback):
+    "The lines a log gets within an epoch: every `every` batches or `every_s` seconds, printed with `self._print`."
+    def __init__(self, every: int, every_s: float, min_s: float):
+        self.every = check_int("every", every, 1)  # a batch line after this many training batches...
+        self.every_s = check_number("every_s", every_s, 0)  # ...or this many seconds, whichever comes first
+        self.min_s = check_number("min_s", min_s, 0)  # but `every` batches wait until this many seconds passed
+        self._n = 0  # training batches since the last line
+        self._last = 0.0  # and the time of that line
+
+    def on_epoch_begin(self):
+        self._n = 0
+        self._last = time.perf_counter()
+
+    def _count_batch(self) -> None:
+        self._n += 1
+        elapsed = time.perf_counter() - self._last
+        if (self._n >= self.every and elapsed >= self.min_s) or elapsed >= self.every_s:
+            self._batch_line()
+
+    def _batch_line(self) -> None:
+        now = time.perf_counter()
+        learn = self.learn
+        learn.recorder.flush()  # the only host sync: the losses since the last line, as floats
+        losses = learn.recorder.losses[-self._n:]
+        lr = learn.recorder.hypers[-1][0][0]  # the LR the latest step used
+        of = f"/{learn.epoch_len}" if learn.epoch_len else ""
+        ms_per_batch = 1000 * (now - self._last) / self._n
+        self._print(f"epoch {learn.epoch + 1}/{learn.n_epochs}  batch {learn.iter + 1}{of}  lr {lr:.4g}  "
+                    f"loss {_number(sum(losses) / len(losses))}  {ms_per_batch:.2f} ms/batch")
+        self._n = 0
+        self._last = now
+
 # %% ../nbs/03b_recorder.ipynb #6b8ce158
-class ProgressCallback(Callback):
+class ProgressCallback(_BatchLines):
     "A header, one row per epoch, and in a log (no terminal) a line every `every` batches or `every_s` seconds."
     order = 90  # after the Recorder has written the epoch's row
     unique = True
 
     def __init__(self, file=None, every: int = 200, every_s: float = 30.0, batch_lines: bool | None = None,
                  min_s: float = 1.0):
+        super().__init__(every, every_s, min_s)
         self.file = file  # where to print; None means sys.stdout at the time of printing
-        self.every = check_int("every", every, 1)  # a batch line after this many training batches...
-        self.every_s = check_number("every_s", every_s, 0)  # ...or this many seconds, whichever comes first
-        self.min_s = check_number("min_s", min_s, 0)  # but `every` batches wait until this many seconds passed
         self.batch_lines = batch_lines  # None: only in a log (`_is_log`)
         self._lines = False
         self._header_due = False
-        self._n = 0  # training batches since the last line
-        self._last = 0.0  # and the time of that line
 
     def _print(self, line: str) -> None:
         if self.learn.engine.is_master_process:  # one table, not one per process
@@ -359,32 +399,11 @@ class ProgressCallback(Callback):
         self._header_due = False
         self._print("  ".join(f"{c:>12}" for c in self.columns))
 
-    def on_epoch_begin(self):
-        self._n = 0
-        self._last = time.perf_counter()
-
     def on_batch_end(self):
         if self._header_due:
             self._header()
-        if not self._lines or not self.learn.training:
-            return
-        self._n += 1
-        elapsed = time.perf_counter() - self._last
-        if (self._n >= self.every and elapsed >= self.min_s) or elapsed >= self.every_s:
-            self._batch_line()
-
-    def _batch_line(self) -> None:
-        now = time.perf_counter()
-        learn = self.learn
-        learn.recorder.flush()  # the only host sync: the losses since the last line, as floats
-        losses = learn.recorder.losses[-self._n:]
-        lr = learn.recorder.hypers[-1][0][0]  # the LR the latest step used
-        of = f"/{learn.epoch_len}" if learn.epoch_len else ""
-        ms_per_batch = 1000 * (now - self._last) / self._n
-        self._print(f"epoch {learn.epoch + 1}/{learn.n_epochs}  batch {learn.iter + 1}{of}  lr {lr:.4g}  "
-                    f"loss {_number(sum(losses) / len(losses))}  {ms_per_batch:.2f} ms/batch")
-        self._n = 0
-        self._last = now
+        if self._lines and self.learn.training:
+            self._count_batch()
 
     def on_epoch_end(self):
         if self._header_due:  # an epoch without a batch (a resumed run that had only its validation left)

@@ -293,8 +293,22 @@ def _check_mode(mode: str) -> str:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     return mode
 
+# %% ../nbs/05_live_plots.ipynb #0522547d
+class _LivePlotHooks(FigurePlot):
+    "The hooks of a live plot that a plot may leave out, each doing nothing by default."
+    def _begin(self) -> None:
+        "Reset what this fit collects; raise if the Learner cannot feed the plot."
+    def _collect(self) -> None:
+        "Take what the loop recorded since the last call."
+    def _open_controls(self) -> None:
+        "Show widgets above the figure (in a notebook)."
+    def _status(self) -> str | None:
+        "The progress line of text mode (None: none)."
+    def _summary(self) -> str | None:
+        "The line text mode prints at the end (None: none)."
+
 # %% ../nbs/05_live_plots.ipynb #0758cf38
-class LivePlotCore(FigurePlot):
+class LivePlotCore(_LivePlotHooks):
     "The guarded drawing of a live plot, through its hooks: a figure (widget mode) or a progress line (text mode)."
     blit = True  # False: `_fill` redraws the whole figure, no artist is animated
     empty_hint = "train with learn.fit(..., cbs=plot) first"
@@ -311,17 +325,6 @@ class LivePlotCore(FigurePlot):
         self._drawing = False
         self._began = False  # on_train_begin completed: on_train_end has something to finish
         self._failure: str | None = None  # why drawing stopped, if a draw failed
-
-    def _begin(self) -> None:
-        "Reset what this fit collects; raise if the Learner cannot feed the plot."
-    def _collect(self) -> None:
-        "Take what the loop recorded since the last call."
-    def _open_controls(self) -> None:
-        "Show widgets above the figure (in a notebook)."
-    def _status(self) -> str | None:
-        "The progress line of text mode (None: none)."
-    def _summary(self) -> str | None:
-        "The line text mode prints at the end (None: none)."
 
     def _update(self, final: bool = False) -> None:
         "Collect, then redraw the figure or rewrite the progress line; a failure stops drawing, never training."
@@ -363,6 +366,19 @@ def _nothing_drawn(name: str, failure: str | None, drawing: bool) -> str:
     if not drawing:
         return f"{name} was closed before its first picture: plot() draws what it collected"
     return f"{name} has nothing to draw: the fit ended before its first training batch"
+
+# %% ../nbs/05_live_plots.ipynb #22dd7ec9
+def _note_nothing_drawn(live: LiveFigure | None, name: str, failure: str | None, drawing: bool) -> None:
+    "Put `_nothing_drawn`'s line in the output of a live figure that was never drawn, once; nothing where it was drawn."
+    if live is None or live.n_draws > 0:
+        return
+    text = _nothing_drawn(name, failure, drawing)
+    if text == live.noted:  # said already
+        return
+    try:
+        live.note(text)
+    except Exception:  # the output itself failed (the frontend went away): there is nowhere to say it
+        pass
 
 # %% ../nbs/05_live_plots.ipynb #0f0b2712
 class LivePlot(LivePlotCore, Callback):
@@ -411,15 +427,7 @@ class LivePlot(LivePlotCore, Callback):
 
     def _settle(self) -> None:
         "Where the live figure was never drawn, put a line in its place that says why: never a stale placeholder."
-        if self.live is None or self.live.n_draws > 0:
-            return
-        text = _nothing_drawn(type(self).__name__, self._failure, self._drawing)
-        if text == self.live.noted:  # said already
-            return
-        try:
-            self.live.note(text)
-        except Exception:  # the output itself failed (the frontend went away): there is nowhere to say it
-            pass
+        _note_nothing_drawn(self.live, type(self).__name__, self._failure, self._drawing)
 
     def close(self) -> None:
         "Stop drawing; training goes on, and `plot()`/`save()` still work."
