@@ -206,11 +206,12 @@ def needs_closure(optimizer) -> bool:
 
 def step_closure(loss, evaluate: Callable, clip_fn: Callable | None, optimizer, sync_tensor: Callable) -> Callable:
     "The closure `optimizer.step` calls: `loss` the first time (its backward ran), then `evaluate()` with clipped gradients."
-    first = [True]
+    first = True
 
     def closure():  # the loss it returns is the mean over processes: every rank decides the same next evaluation
-        if first[0]:
-            first[0] = False
+        nonlocal first
+        if first:
+            first = False
             return sync_tensor(loss.detach(), "mean")
         value = evaluate()
         if clip_fn is not None:
