@@ -7,6 +7,7 @@ MPLBACKEND, as a student's is. A fit of about a second, then one of about three,
 and a callback cancels it after its time, so that its length does not depend on this machine's speed. The test counts the kernel's display messages carrying image/png while the cell runs, the final
 picture (drawn at the end of training) aside. The first fit is the plot's first in this process: cold.
 Every kernel this test starts is shut down by the test, however it ends."""
+import queue
 import sys
 from pathlib import Path
 
@@ -45,12 +46,16 @@ epoch_seconds = time.perf_counter() - epoch_start  # the fits ask for enough epo
 """
 
 
-def pictures(kc, code: str) -> list[str]:
+def pictures(kc, code: str, silence: float = 120) -> list[str]:
     "Run `code`; the kinds of the messages it sent that carry a PNG, in order, and 'html' for the others."
     msg_id = kc.execute(code)
     shown = []
     while True:
-        msg = kc.get_iopub_msg(timeout=300)
+        try:
+            msg = kc.get_iopub_msg(timeout=silence)  # each cell here runs for seconds: a long silence is a hang
+        except queue.Empty:
+            pytest.fail(f"the kernel sent nothing for {silence:.0f} s while running {code.strip()[:80]!r} "
+                        f"(kernel alive: {kc.is_alive()}; messages of this cell so far: {shown})")
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         kind, content = msg["msg_type"], msg["content"]
