@@ -17,7 +17,7 @@ from .callback import Callback
 from .checks import check_int, check_number
 from .learner import _length
 from .loss_plot import _frame
-from .widgets import FigurePlot, LivePlot
+from .widgets import FigurePlot, LivePlot, _hold_batches
 
 # %% auto #0
 __all__ = ['Hook', 'Hooks', 'find_modules', 'HookCallback', 'activation_row', 'ActivationStats', 'ActivationPlot']
@@ -395,10 +395,7 @@ class _ActivationFigure(LivePlot):
         n_layers = len(self.stats.names)
         _show_hists(artists[:n_layers], self.stats.hists, self._vmax if grow else None)
         _show_curves(artists[n_layers:], self.stats.near_zero)
-        n = self.stats.n_batches
-        if n > fig.axes[0].get_xlim()[1]:  # a loader without a length: the x axes grow by doubling
-            for ax in fig.axes:
-                ax.set_xlim(0, 2 ** int(np.ceil(np.log2(n))))
+        _hold_batches(fig.axes, self.stats.n_batches)  # a loader without a length: the x axes grow by doubling
 
     def _summary(self) -> str:
         "The share of near-zero activations in each layer at the last batch."

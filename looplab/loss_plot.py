@@ -18,7 +18,7 @@ from matplotlib.ticker import LogFormatter, MaxNLocator
 from .checks import check_number
 from .learner import _length
 from .recorder import Recorder, _from_zero
-from .widgets import FigurePlot, LivePlot, _grown_limits
+from .widgets import FigurePlot, LivePlot, _grown_limits, _hold_batches
 
 # %% auto #0
 __all__ = ['LossChart', 'FitTime', 'LossPlot', 'compare_runs']
@@ -152,8 +152,8 @@ class LossChart(_LossRecord):
         if held:
             self._ylim = _grown_limits(self._ylim if grow else None, min(held), max(held), self.log)
             ax.set_ylim(*self._ylim)
-        if self._total is None and len(self.losses) > ax.get_xlim()[1]:
-            ax.set_xlim(0, 2 ** math.ceil(math.log2(len(self.losses))))
+        if self._total is None:
+            _hold_batches([ax], len(self.losses))
 
 # %% ../nbs/05b_loss_plot.ipynb #3ceec5d4
 def _attached_recorder(learn, plot) -> Recorder:

@@ -19,7 +19,7 @@ from .callback import EVENTS, Callback
 from .checks import check_int
 from .learner import _length
 from .loss_plot import _frame
-from .widgets import LivePlot, _grown_limits
+from .widgets import LivePlot, _grown_limits, _hold_batches
 
 # %% auto #0
 __all__ = ['PHASES', 'DEVICE_PHASES', 'Profiler', 'ProfilePlot', 'TorchTrace']
@@ -304,8 +304,7 @@ class _PhaseChart(LivePlot):
         ax.set_ylim(*self._ylim)
         above = bottom > self._ylim[1]
         artists[-1].set_data((edges[:-1] + edges[1:])[above] / 2, np.full(above.sum(), self._ylim[1]))
-        if n > ax.get_xlim()[1]:
-            ax.set_xlim(0, 2 ** math.ceil(math.log2(n)))
+        _hold_batches([ax], n)
 
     def _status(self) -> str | None:
         return f"batch {self.n_batches} · {self._shares_text()}" if self.n_batches else None

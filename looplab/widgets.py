@@ -223,6 +223,12 @@ def _grown_limits(current: tuple[float, float] | None, lo: float, hi: float, log
     span = hi - lo if hi > lo else 1.0
     return lo - 0.1 * span, hi + 0.1 * span
 
+def _hold_batches(axes, n: int) -> None:
+    "Widen each of `axes` to hold `n` batches, to the next power of two, where it does not yet (a loader without a length)."
+    for ax in axes:
+        if n > ax.get_xlim()[1]:
+            ax.set_xlim(0, 2 ** math.ceil(math.log2(n)))
+
 # %% ../nbs/05_live_plots.ipynb #2550f64c
 class ShownFigure(Figure):
     "A matplotlib Figure that a notebook cell ending with it shows as a picture, whether or not pyplot has drawn."
