@@ -91,8 +91,7 @@ class CallbackHandler:
     def __init__(self, cbs=(), learn=None):
         self.learn = learn
         self.cbs: list[Callback] = []
-        self.handlers: dict[str, tuple] = {}
-        self.add(*cbs)
+        self.add(*cbs)  # and with it `handlers`, the table `handler(event)` reads
 
     def add(self, *cbs: Callback) -> None:
         "Add callbacks (instances of `Callback` subclasses), checking each."
@@ -100,7 +99,7 @@ class CallbackHandler:
             self._check(cb)
             cb.learn = self.learn
             self.cbs.append(cb)
-        self._rebuild()
+        self.rebuild()
 
     def remove(self, *cbs: Callback) -> None:
         "Remove callbacks that were added (by identity)."
@@ -108,7 +107,7 @@ class CallbackHandler:
             if not any(c is cb for c in self.cbs):
                 raise ValueError(f"{cb!r} is not one of this handler's callbacks: {self.cbs}")
             self.cbs = [c for c in self.cbs if c is not cb]
-        self._rebuild()
+        self.rebuild()
 
     def _check(self, cb) -> None:
         if isinstance(cb, type):
@@ -126,8 +125,9 @@ class CallbackHandler:
                 hint = f"; did you mean {close[0]}?" if close else f"; events are {', '.join(EVENTS)}"
                 raise ValueError(f"{type(cb).__name__}.{attr} looks like an event but is not one{hint}")
 
-    def _rebuild(self) -> None:
-        self.cbs.sort(key=lambda c: c.order)  # sort is stable: equal orders keep insertion order
+    def rebuild(self) -> None:
+        "Each event's tuple, from the callbacks in `order` (ties: as added); undoes a `handlers` a callback replaced."
+        self.cbs.sort(key=lambda c: c.order)
         self.handlers = {event: tuple(getattr(cb, event) for cb in self.cbs if hasattr(cb, event))
                          for event in EVENTS}
 

@@ -232,7 +232,7 @@ class Profiler(_Report, Callback):
             self.flush()
         finally:
             self._stamps = None
-            self.learn.cbh._rebuild()  # the plain handlers again, whatever happened
+            self.learn.cbh.rebuild()  # the plain handlers again, whatever happened
 
 # %% ../nbs/07d_profiler.ipynb #836dd05e
 def _duration(seconds: float) -> str:
