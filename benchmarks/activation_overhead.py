@@ -4,8 +4,7 @@ histogram on the device) and with the live `ActivationPlot` drawing as in a note
 same fit without, on the conv net of looplab.conv (4 hooked layers) and on the tiny MLP of
 benchmarks/loop_overhead.py (2 hooked layers).
 
-The hooks leave the Learner's fast path on (they listen to no loop event the fast path skips); their cost is a few
-small tensor operations per hooked layer per batch, so it weighs most on tiny models. Runs are interleaved in one
+The hooks add no loop event; their cost is a few small tensor operations per hooked layer per batch, so it weighs most on tiny models. Runs are interleaved in one
 process with one thread (benchmarks/profiler_overhead.py's `measure`): median ratio, and fastest/fastest.
 Run: python benchmarks/activation_overhead.py [--rounds N]
 """

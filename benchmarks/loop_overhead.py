@@ -25,7 +25,6 @@ import contextlib
 import torch
 from torch import nn
 
-from looplab.callback import Callback
 from looplab.data import DataLoaders
 from looplab.engine import AMPEngine
 from looplab.learner import Learner
@@ -140,12 +139,6 @@ def learner_one_cycle_loop(model, batches, lr, extra_cbs=(), engine=None):
     return took
 
 
-class ListensToLoss(Callback):
-    "A listener on `on_loss_begin`, which the fast path skips: with it, every batch takes the full path."
-    def on_loss_begin(self):
-        pass
-
-
 NAME_WIDTH = 38  # the table's first column: as wide as the longest workload name in main()
 
 
@@ -184,11 +177,6 @@ def main():
     # table): the ratio is what the loop's structure costs (methods, events, checked calls), the work left out.
     check_same_records()
     measure("tiny MLP vs callbacks' work by hand", 64, [64], 10, 64, 2000, args.rounds, bare_fn=bare_recording_loop)
-    # What the Learner's fast path buys: the same default row on the full path, forced by a callback that listens
-    # (doing nothing) to an event the fast path skips. Its ratio minus the default row's is the fast path's saving,
-    # give or take the no-op's own call (~0.1 µs).
-    measure("tiny MLP, full path (fast path off)", 64, [64], 10, 64, 2000, args.rounds,
-            make_cbs=lambda: [ListensToLoss()])
     measure("medium MLP 784-512-512-10, bs 128", 784, [512, 512], 10, 128, 200, args.rounds)
     # The live loss plot drawing as in a notebook: mode="widget" renders PNGs off-screen (no frontend here to show
     # them), at most every 250 ms and at most 5 % of the time, and always the final picture at the end of the fit.

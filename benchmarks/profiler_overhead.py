@@ -2,9 +2,8 @@
 `ProfilePlot` drawing as in a notebook, mode="widget") against the same fit without, on the tiny MLP of
 benchmarks/loop_overhead.py and on the conv net of looplab.conv.
 
-The profiler listens to every event, so the Learner leaves its fast path while it is attached (see FastBatchLoop in
-looplab/learner.py); its ratio includes that. One more row per workload separates the two parts: the same fit with a
-callback that only listens to `on_loss_begin` (the full path, no stamps) against the plain fit.
+The profiler puts a stamp (a clock read and two list appends) before, between and after the callbacks of every
+event; its ratio is what those stamps, and their reading at each flush, cost.
 
 Runs are interleaved in one process (plain, profiled, plain, profiled, ...) on the same pre-batched data with one
 thread, so the machine's noise hits both alike. Prints the median ratio profiled/plain and the ratio of the two
@@ -19,18 +18,11 @@ import time
 import torch
 from torch import nn
 
-from looplab.callback import Callback
 from looplab.conv import conv_net, make_signals
 from looplab.data import DataLoaders
 from looplab.learner import Learner
 from looplab.loss_plot import LossPlot
 from looplab.profiler import Profiler, ProfilePlot
-
-
-class ListensToLoss(Callback):
-    "A listener on `on_loss_begin`, which the fast path skips: with it, every batch takes the full path."
-    def on_loss_begin(self):
-        pass
 
 
 def tiny_mlp(n_batches, seed=0):
@@ -81,7 +73,6 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, {args.rounds} interleaved rounds")
     for name, workload, n_batches in (("tiny MLP 64-64-10, bs 64", tiny_mlp, 2000),
                                       ("conv net on signals, bs 64", signals_conv, 200)):
-        measure(f"{name}, full path only", workload, n_batches, args.rounds, lambda: [ListensToLoss()])
         measure(f"{name}, Profiler", workload, n_batches, args.rounds, lambda: [Profiler()])
         # The live chart drawing as in a notebook: off-screen PNGs, at most every 250 ms and 10 % of the time, and
         # always the final picture: a fixed part per fit, so it weighs most on short fits like these (~0.3 s).

@@ -91,31 +91,38 @@ class CallbackHandler:
     def __init__(self, cbs=(), learn=None):
         self.learn = learn
         self.cbs: list[Callback] = []
+        self.running: tuple[Callback, ...] = ()  # those whose fit is running: on_train_begin called, on_train_end not yet
         self.add(*cbs)  # and with it `handlers`, the table `handler(event)` reads
 
     def add(self, *cbs: Callback) -> None:
-        "Add callbacks (instances of `Callback` subclasses), checking each."
+        "Add callbacks (instances of `Callback` subclasses): all of them, or none if one is refused."
+        for i, cb in enumerate(cbs):
+            self._check(cb, [*self.cbs, *cbs[:i]])
         for cb in cbs:
-            self._check(cb)
             cb.learn = self.learn
             self.cbs.append(cb)
         self.rebuild()
 
     def remove(self, *cbs: Callback) -> None:
-        "Remove callbacks that were added (by identity)."
+        "Remove callbacks that were added (by identity); one whose fit is running is closed by its `on_train_end`."
         for cb in cbs:
             if not any(c is cb for c in self.cbs):
                 raise ValueError(f"{cb!r} is not one of this handler's callbacks: {self.cbs}")
-            self.cbs = [c for c in self.cbs if c is not cb]
+        self.cbs = [c for c in self.cbs if not any(c is cb for cb in cbs)]
         self.rebuild()
+        for cb in cbs:
+            if any(c is cb for c in self.running):  # removed mid-fit: close what its on_train_begin opened
+                self.running = tuple(c for c in self.running if c is not cb)
+                if hasattr(cb, "on_train_end"):
+                    self._call(cb.on_train_end, "on_train_end")
 
-    def _check(self, cb) -> None:
+    def _check(self, cb, attached: list) -> None:
         if isinstance(cb, type):
             raise TypeError(f"got the class {cb.__name__}, expected an instance: pass {cb.__name__}() instead")
         if not isinstance(cb, Callback):
             raise TypeError(f"callbacks must be instances of looplab.callback.Callback, got {cb!r} "
                             f"of type {type(cb).__name__}")
-        if cb.unique and any(type(c) is type(cb) for c in self.cbs):
+        if cb.unique and any(type(c) is type(cb) for c in attached):
             raise ValueError(f"{type(cb).__name__} is already attached and only one makes sense; "
                              "remove the existing one first")
         for attr in dir(type(cb)):
@@ -139,6 +146,13 @@ class CallbackHandler:
                 raise
             except Exception as e:
                 raise CallbackError(method.__self__, event, e) from e
+
+    def _call(self, method, event: str) -> None:
+        "One callback's `method` for `event`, its failure reported as `__call__` reports it."
+        try:
+            method()
+        except Exception as e:
+            raise CallbackError(method.__self__, event, e) from e
 
     def __iter__(self):
         return iter(self.cbs)

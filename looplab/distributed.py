@@ -17,92 +17,12 @@ import traceback
 from typing import Callable
 
 import torch
-from torch.utils.data import DataLoader
 
 from .checks import check_int
-from .data import DataLoaders
-from .sampler_chain import make_batch_sampler
+from .engines import ShardedBatchSampler, shard_dls  # built with the DDP engine in notebook 13
 
 # %% auto #0
-__all__ = ['ShardedBatchSampler', 'shard_dls', 'launch', 'port_is_free', 'free_port', 'WorkerError']
-
-# %% ../nbs/14_distributed.ipynb #2ebf9dda
-class ShardedBatchSampler:
-    "Rank `rank` of `world_size` takes items rank, rank + world_size, ... of each global batch of `batch_sampler`."
-    def __init__(self, batch_sampler, rank: int, world_size: int):
-        for name in ("set_epoch", "set_start_iter", "state_dict", "load_state_dict"):
-            if not callable(getattr(batch_sampler, name, None)):
-                raise TypeError(f"ShardedBatchSampler needs a resumable batch sampler (with {name}), such as "
-                                f"looplab.data.EpochBatchSampler; got {type(batch_sampler).__name__}")
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-            raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
-        bs = getattr(batch_sampler, "bs", None)
-        if bs is not None and bs % world_size:
-            suggestion = bs - bs % world_size or world_size
-            raise ValueError(f"the global batch size bs={bs} must be a multiple of the {world_size} processes, so "
-                             f"that every rank takes the same number of items: use bs={suggestion}")
-        n = getattr(batch_sampler, "n", None)
-        short = n % bs if n is not None and bs is not None and not batch_sampler.drop_last else 0
-        if 0 < short < world_size:
-            raise ValueError(f"the last batch of {n} items in batches of {bs} has {short} item(s), fewer than the "
-                             f"{world_size} processes: some rank would get none; pass drop_last=True or another bs")
-        self.batch_sampler = batch_sampler
-        self.rank = rank
-        self.world_size = world_size
-
-    def __len__(self) -> int:
-        return len(self.batch_sampler)
-
-    def __iter__(self):
-        for batch in self.batch_sampler:
-            yield batch[self.rank::self.world_size]
-
-    @property
-    def start_iter(self) -> int:
-        "The global batch the next pass starts at."
-        return self.batch_sampler.start_iter
-
-    def set_epoch(self, epoch: int) -> None:
-        self.batch_sampler.set_epoch(epoch)
-
-    def set_start_iter(self, start_iter: int) -> None:
-        self.batch_sampler.set_start_iter(start_iter)
-
-    def state_dict(self) -> dict:
-        "The global sampler's state: the same on every rank, and for any number of ranks."
-        return self.batch_sampler.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.batch_sampler.load_state_dict(state)
-
-# %% ../nbs/14_distributed.ipynb #797114bb
-def _batch_size(dl) -> int:
-    "The batch size of a loader built with `batch_size` or with a batch sampler."
-    if dl.batch_size is not None:
-        return dl.batch_size
-    return getattr(dl.batch_sampler, "bs", None) or getattr(dl.batch_sampler, "batch_size", 1)
-
-def shard_dls(dls: DataLoaders, rank: int, world_size: int) -> DataLoaders:
-    "Rank `rank`'s loaders: its shard of each global training batch, and its items of the validation set."
-    train = dls.train
-    if not isinstance(train, DataLoader) or not hasattr(train.batch_sampler, "set_epoch"):
-        raise TypeError("under DDP, dls.train must be a DataLoader with a resumable batch sampler "
-                        f"(DataLoaders.from_tensors builds one), got {type(train).__name__}")
-    sampler = train.batch_sampler
-    if isinstance(sampler, ShardedBatchSampler):
-        sampler = sampler.batch_sampler  # already sharded: shard the global sampler again
-    train = DataLoader(train.dataset, batch_sampler=ShardedBatchSampler(sampler, rank, world_size),
-                       collate_fn=train.collate_fn, num_workers=train.num_workers)
-    valid = dls.valid
-    if isinstance(valid, DataLoader):
-        bs = max(1, _batch_size(valid) // world_size)
-        valid = DataLoader(valid.dataset, collate_fn=valid.collate_fn, num_workers=valid.num_workers,
-                           batch_sampler=make_batch_sampler(valid.dataset, "validation", None, world_size, rank, bs))
-    elif valid is not None:
-        raise TypeError(f"under DDP, dls.valid must be a DataLoader (or None), got {type(valid).__name__}")
-    return DataLoaders(train, valid)
+__all__ = ['launch', 'port_is_free', 'free_port', 'WorkerError']
 
 # %% ../nbs/14_distributed.ipynb #0518f90a
 def launch(train_fn: Callable, nprocs: int = 2, backend: str = "gloo", args: tuple = (), port: int | None = None,

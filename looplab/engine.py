@@ -12,6 +12,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .files import read_checkpoint, write_checkpoint
+
 # %% auto #0
 __all__ = ['available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'needs_closure', 'step_closure',
            'closure_refusal', 'move_optimizer_state', 'check_autocast', 'AMPEngine']
@@ -119,14 +121,12 @@ class Engine(EngineBase):
         self.load_state_dict(checkpoint["engine"]["state"])
 
     def save_checkpoint(self, checkpoint: dict, path, keep_prev: bool = True) -> None:
-        "Write `checkpoint` to `path` atomically (notebook 12: a `torch.save` file, read back with the restricted `weights_only` unpickler), on the master only."
+        "Write `checkpoint` to `path` atomically (`03c_files`: a `torch.save` file, read back with the restricted `weights_only` unpickler), on the master only."
         if self.is_master_process:
-            from looplab.checkpoint import write_checkpoint  # notebook 12 builds the file format on this engine
             write_checkpoint(checkpoint, path, keep_prev)
 
     def load_checkpoint(self, path) -> dict:
         "Read and verify the checkpoint at `path` (every process can), on the CPU."
-        from looplab.checkpoint import read_checkpoint
         return read_checkpoint(path)["state"]
 
     def __repr__(self) -> str:
@@ -193,6 +193,13 @@ class DeviceEngine(Engine):
     def zero_grad(self, loss, model: nn.Module, optimizer) -> None:
         "Forget the gradients (set them to None)."
         optimizer.zero_grad()
+
+    def with_precision(self, dtype: torch.dtype) -> Engine:
+        "This engine in mixed precision `dtype` (float16 or bfloat16): the same device, the same processes."
+        if type(self) not in (DeviceEngine, AMPEngine):  # a subclass knows its own twin (notebook 13's engines)
+            raise ValueError(f"{type(self).__name__} does not say how to train in {dtype}: build the engine you want "
+                             "in that precision yourself and pass it as Learner(engine=...)")
+        return AMPEngine(dtype, device=self.device)
 
 # %% ../nbs/04_engine.ipynb #1ed3eb93
 def needs_closure(optimizer) -> bool:

@@ -16,12 +16,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
 
+from .data import DataLoaders
 from .engine import AMPEngine, DeviceEngine, Engine
+from .sampler_chain import make_batch_sampler
 
 # %% auto #0
 __all__ = ['PROCESS_GROUP_ENV', 'ENGINES', 'APEX_EQUIVALENTS', 'DataParallelEngine', 'DataParallelAMPEngine', 'process_group_env',
-           'ProcessGroupEngine', 'DistributedDataParallelEngine', 'DistributedDataParallelAMPEngine', 'get_engine']
+           'ProcessGroupEngine', 'ShardedBatchSampler', 'shard_dls', 'DistributedDataParallelEngine',
+           'DistributedDataParallelAMPEngine', 'get_engine']
 
 # %% ../nbs/13_engines.ipynb #8ca90cd8
 class DataParallelEngine(DeviceEngine):
@@ -47,6 +51,12 @@ class DataParallelEngine(DeviceEngine):
         if len(self.device_ids) < 2 or isinstance(model, nn.DataParallel):
             return model
         return nn.DataParallel(model, device_ids=self.device_ids)
+
+    def with_precision(self, dtype: torch.dtype) -> Engine:
+        "This engine in mixed precision `dtype`, on the same devices."
+        if type(self) not in (DataParallelEngine, DataParallelAMPEngine):
+            return super().with_precision(dtype)  # a subclass of the reader's own: refused by DeviceEngine
+        return DataParallelAMPEngine(dtype, device_ids=self.device_ids)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device_ids={self.device_ids})"
@@ -93,6 +103,7 @@ class ProcessGroupEngine(DeviceEngine):
     "One process of many (torchrun or `launch`): joins the process group; collectives; rank 0 writes files."
     def __init__(self, device=None, backend: str | None = None, timeout_s: float = 300.0, **precision):
         env = process_group_env()
+        self.timeout_s = timeout_s
         self.rank = int(env["RANK"])
         self.world_size = int(env["WORLD_SIZE"])
         self.local_rank = int(env["LOCAL_RANK"])
@@ -149,6 +160,84 @@ class ProcessGroupEngine(DeviceEngine):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size}, device={str(self.device)!r})"
 
+# %% ../nbs/13_engines.ipynb #2ebf9dda
+class ShardedBatchSampler:
+    "Rank `rank` of `world_size` takes items rank, rank + world_size, ... of each global batch of `batch_sampler`."
+    def __init__(self, batch_sampler, rank: int, world_size: int):
+        for name in ("set_epoch", "set_start_iter", "state_dict", "load_state_dict"):
+            if not callable(getattr(batch_sampler, name, None)):
+                raise TypeError(f"ShardedBatchSampler needs a resumable batch sampler (with {name}), such as "
+                                f"looplab.data.EpochBatchSampler; got {type(batch_sampler).__name__}")
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
+        bs = getattr(batch_sampler, "bs", None)
+        if bs is not None and bs % world_size:
+            suggestion = bs - bs % world_size or world_size
+            raise ValueError(f"the global batch size bs={bs} must be a multiple of the {world_size} processes, so "
+                             f"that every rank takes the same number of items: use bs={suggestion}")
+        n = getattr(batch_sampler, "n", None)
+        short = n % bs if n is not None and bs is not None and not batch_sampler.drop_last else 0
+        if 0 < short < world_size:
+            raise ValueError(f"the last batch of {n} items in batches of {bs} has {short} item(s), fewer than the "
+                             f"{world_size} processes: some rank would get none; pass drop_last=True or another bs")
+        self.batch_sampler = batch_sampler
+        self.rank = rank
+        self.world_size = world_size
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self):
+        for batch in self.batch_sampler:
+            yield batch[self.rank::self.world_size]
+
+    @property
+    def start_iter(self) -> int:
+        "The global batch the next pass starts at."
+        return self.batch_sampler.start_iter
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)
+
+    def set_start_iter(self, start_iter: int) -> None:
+        self.batch_sampler.set_start_iter(start_iter)
+
+    def state_dict(self) -> dict:
+        "The global sampler's state: the same on every rank, and for any number of ranks."
+        return self.batch_sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batch_sampler.load_state_dict(state)
+
+# %% ../nbs/13_engines.ipynb #797114bb
+def _batch_size(dl) -> int:
+    "The batch size of a loader built with `batch_size` or with a batch sampler."
+    if dl.batch_size is not None:
+        return dl.batch_size
+    return getattr(dl.batch_sampler, "bs", None) or getattr(dl.batch_sampler, "batch_size", 1)
+
+def shard_dls(dls: DataLoaders, rank: int, world_size: int) -> DataLoaders:
+    "Rank `rank`'s loaders: its shard of each global training batch, and its items of the validation set."
+    train = dls.train
+    if not isinstance(train, DataLoader) or not hasattr(train.batch_sampler, "set_epoch"):
+        raise TypeError("under DDP, dls.train must be a DataLoader with a resumable batch sampler "
+                        f"(DataLoaders.from_tensors builds one), got {type(train).__name__}")
+    sampler = train.batch_sampler
+    if isinstance(sampler, ShardedBatchSampler):
+        sampler = sampler.batch_sampler  # already sharded: shard the global sampler again
+    train = DataLoader(train.dataset, batch_sampler=ShardedBatchSampler(sampler, rank, world_size),
+                       collate_fn=train.collate_fn, num_workers=train.num_workers)
+    valid = dls.valid
+    if isinstance(valid, DataLoader):
+        bs = max(1, _batch_size(valid) // world_size)
+        valid = DataLoader(valid.dataset, collate_fn=valid.collate_fn, num_workers=valid.num_workers,
+                           batch_sampler=make_batch_sampler(valid.dataset, "validation", None, world_size, rank, bs))
+    elif valid is not None:
+        raise TypeError(f"under DDP, dls.valid must be a DataLoader (or None), got {type(valid).__name__}")
+    return DataLoaders(train, valid)
+
 # %% ../nbs/13_engines.ipynb #fd76572a
 class DistributedDataParallelEngine(ProcessGroupEngine):
     "The model in DDP, gradients averaged over ranks, each rank on its shard of the data; gloo or NCCL."
@@ -162,7 +251,6 @@ class DistributedDataParallelEngine(ProcessGroupEngine):
 
     def prepare_dls(self, dls):
         "Each rank's part of the data: a shard of every global training batch, and of the validation set."
-        from looplab.distributed import shard_dls  # notebook 14 builds the sharding on this engine
         return shard_dls(dls, self.rank, self.world_size)
 
     def init_components(self, model: nn.Module) -> nn.Module:
@@ -182,6 +270,13 @@ class DistributedDataParallelEngine(ProcessGroupEngine):
         if sys.exc_info()[0] is not None and dist.is_initialized():
             dist.destroy_process_group()
         return self.unwrap_model(model)
+
+    def with_precision(self, dtype: torch.dtype) -> Engine:
+        "This engine in mixed precision `dtype`: the same ranks, devices and process group, still DDP."
+        if type(self) not in (DistributedDataParallelEngine, DistributedDataParallelAMPEngine):
+            return super().with_precision(dtype)  # a subclass of the reader's own: refused by DeviceEngine
+        return DistributedDataParallelAMPEngine(dtype, device=self.device, backend=self.backend, sync_bn=self.sync_bn,
+                                                timeout_s=self.timeout_s)
 
     def before_forward(self, model: nn.Module, sync_grads: bool) -> None:
         "Before a training batch's forward: on an accumulation batch (`sync_grads=False`), what `no_sync()` does."

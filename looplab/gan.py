@@ -8,14 +8,15 @@ from __future__ import annotations
 import warnings
 from typing import Callable
 
-from matplotlib.figure import Figure
-
+import numpy as np
 import torch
+from matplotlib.figure import Figure
 from torch import nn
 import torch.nn.functional as F
 
 from .callback import Callback
 from .checks import check_int, check_number
+from .files import rng_state, set_rng_state
 from .learner import Learner
 from .widgets import FigurePlot
 
@@ -251,25 +252,6 @@ class GANFeeder(Callback):
             self.learn.model.switch(True)  # after training the module generates
             self.learn.model.requires_grad_(True)
 
-# %% ../nbs/10_gan.ipynb #3a94286f
-import random
-
-import numpy as np
-
-def _global_rng_state(device: torch.device) -> tuple:
-    "The global generators a validation pass may draw from: Python's, NumPy's, torch's CPU one, and `device`'s if CUDA."
-    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-    return random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda
-
-def _set_global_rng_state(state: tuple, device: torch.device) -> None:
-    "Put back the generators' states read by `_global_rng_state`."
-    python, numpy, cpu, cuda = state
-    random.setstate(python)
-    np.random.set_state(numpy)
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state(cuda, device)
-
 # %% ../nbs/10_gan.ipynb #3fe0a4b0
 class GANTrainer(GANFeeder):
     "Train a GANModule one network per batch (a GANFeeder); validate the generator; record both networks' losses."
@@ -293,15 +275,13 @@ class GANTrainer(GANFeeder):
 
     def on_validate_begin(self):
         self._valid_noise = torch.Generator().manual_seed(self.valid_seed)  # noise of its own
-        param = next(self.learn.model.parameters(), None)
-        self._device = torch.device("cpu") if param is None else param.device
-        self._rng_before = _global_rng_state(self._device)  # a DataLoader's iteration draws from the global generator
+        self._rng_before = rng_state()  # a DataLoader's iteration draws from the global generator
         self._mode_before = self.learn.model.gen_mode
         self.learn.model.switch(True)  # validation measures the generator's loss, as fastai's GANTrainer does
 
     def on_validate_end(self):
         self.learn.model.switch(self._mode_before)
-        _set_global_rng_state(self._rng_before, self._device)  # training goes on as if it had not validated
+        set_rng_state(self._rng_before)  # training goes on as if it had not validated
 
     def on_validate_cancel(self):
         self.on_validate_end()

@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.data import default_collate
 
 from .engine import _load_optimizer
+from .files import preserved_rng
 
 # %% auto #0
 __all__ = ['LearnerInference', 'LearnerFiles']
@@ -69,18 +70,15 @@ class LearnerInference:
     @contextmanager
     def _inference(self):
         "The unwrapped model on the device, in eval mode, without gradients, under autocast; all put back after."
-        from looplab.checkpoint import rng_state, set_rng_state  # notebook 12's generator states, read here only
         model = self.engine.unwrap_model(self.model).to(self.engine.device)
         modes = [(m, m.training) for m in model.modules()]
-        rng = rng_state()
         model.eval()
         try:
-            with torch.no_grad(), self.engine.autocast():
+            with preserved_rng(), torch.no_grad(), self.engine.autocast():
                 yield model
         finally:
             for m, mode in modes:
                 m.training = mode
-            set_rng_state(rng)
 
     def _split(self, batch) -> tuple:
         "(inputs, targets) of `batch` on the engine's device, by the loop's batch rule."
@@ -129,21 +127,18 @@ class LearnerFiles:
     "Fastai's weights files for a learner: `save` and `load` the model's weights, and the optimizers' state if asked."
     def save(self, path, with_opt: bool = False) -> Path:
         "Write the model's weights (and every optimizer's state if `with_opt`) to `path` atomically; return the path."
-        from looplab.checkpoint import write_checkpoint  # notebook 12's file: atomic, verified, read with weights_only
         if with_opt and not self.opts:
             raise ValueError("save(path, with_opt=True): this learner has no optimizer yet (they are made at the "
                              "first fit, or by learn.create_opt()); fit first, or save with with_opt=False")
         state = {"model": self.engine.unwrap_model(self.model).state_dict()}
         if with_opt:
             state["optimizers"] = {name: opt.state_dict() for name, opt in self.opts.items()}
-        if self.engine.is_master_process:
-            write_checkpoint(state, path, keep_prev=False)
+        self.engine.save_checkpoint(state, path, keep_prev=False)  # the master writes; under DDP every rank waits for it
         return Path(path)
 
     def load(self, path, with_opt: bool = False) -> None:
         "Load the weights saved at `path` (by `save` or a checkpoint), and the optimizers' state if `with_opt`."
-        from looplab.checkpoint import read_checkpoint
-        state = read_checkpoint(path)["state"]
+        state = self.engine.load_checkpoint(path)
         model = self.engine.unwrap_model(self.model)
         mine, saved = model.state_dict(), state["model"]
         missing = [key for key in mine if key not in saved]

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 
 import numpy as np
-import torch
 from matplotlib.figure import Figure
 
 from .callback import Callback, CancelFitException, CancelValidateException
 from .checks import check_int, check_number
 from .learner import _length
 from .recorder import smooth
+from .run_state import learner_state, load_learner_state
 from .schedule import _check_lr
 from .widgets import FigurePlot
 
@@ -73,48 +72,6 @@ class LRFinder(Callback):
     def on_validate_begin(self):
         raise CancelValidateException()  # the sweep only looks at training losses
 
-# %% ../nbs/06b_lr_finder.ipynb #ed830e83
-def _snapshot(learn) -> dict:
-    "Everything a fit changes, copied: model, optimizers, engine, callbacks, counters, data order, random generators."
-    order = learn.train_order
-    return {"model": copy.deepcopy(learn.model.state_dict()),
-            "opts": {name: copy.deepcopy(opt.state_dict()) for name, opt in learn.opts.items()},
-            "opt": next((name for name, opt in learn.opts.items() if opt is learn.opt), None),
-            "engine": copy.deepcopy(learn.engine.state_dict()),
-            "cbs": [(cb, copy.deepcopy(cb.state_dict())) for cb in learn.cbs],
-            "attrs": {k: copy.copy(getattr(learn, k)) for k in _LOOP_ATTRS},
-            "order": copy.deepcopy(order.state_dict()) if hasattr(order, "state_dict") else None,
-            "rng": (random.getstate(), np.random.get_state(), torch.get_rng_state(),
-                    torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)}
-
-_LOOP_ATTRS = ("n_epochs", "epoch", "epoch_len", "iter", "n_iter", "n_steps", "lr", "_idle_position", "_resume",
-               "_train_stop", "_phase")
-
-# %% ../nbs/06b_lr_finder.ipynb #42698d4a
-def _restore(learn, snap: dict) -> None:
-    "Put back what `_snapshot` copied."
-    learn.model.load_state_dict(snap["model"])
-    if not snap["opts"]:
-        learn.opts = {}
-        learn.opt = None
-    for name, state in snap["opts"].items():
-        learn.opts[name].load_state_dict(state)
-    if snap["opt"] is not None:
-        learn.opt = learn.opts[snap["opt"]]
-    learn.engine.load_state_dict(snap["engine"])
-    for cb, state in snap["cbs"]:
-        cb.load_state_dict(state)
-    for key, value in snap["attrs"].items():
-        setattr(learn, key, value)
-    if snap["order"] is not None:
-        learn.train_order.load_state_dict(snap["order"])
-    py, np_state, cpu, cuda = snap["rng"]
-    random.setstate(py)
-    np.random.set_state(np_state)
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
-
 # %% ../nbs/06b_lr_finder.ipynb #1d9cb429
 class LRFindResult(FigurePlot):
     "What an LR sweep saw: the LRs, losses and smoothed losses, the suggestions, and a plot."
@@ -160,12 +117,16 @@ def _suggest(lrs: list[float], smooth: list[float]) -> dict[str, float]:
 def lr_find(learn, start_lr: float = 1e-7, end_lr: float = 10.0, n_steps: int = 100, stop_div: bool = True,
             beta: float = 0.98) -> LRFindResult:
     "Sweep the LR exponentially from `start_lr` to `end_lr` over `n_steps` steps; put the Learner back as it was."
+    if learn.resuming:
+        raise ValueError("lr_find: this learner waits to resume a paused run (a checkpoint was loaded), and a sweep "
+                         "would start in the middle of that run and use up its resume: run lr_find before loading "
+                         "the checkpoint, or on a learner of its own")
     finder = LRFinder(start_lr, end_lr, n_steps, stop_div, beta)
     per_epoch = _length(learn.dls.train)
     n_epochs = n_steps if per_epoch is None else math.ceil(n_steps / per_epoch)
-    snap = _snapshot(learn)
+    before = copy.deepcopy(learner_state(learn, warn=False))  # a copy: the sweep changes the tensors it holds
     try:
         learn.fit(n_epochs, cbs=finder)
     finally:
-        _restore(learn, snap)
+        load_learner_state(learn, before, now=True)
     return LRFindResult(finder)

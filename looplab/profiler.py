@@ -205,7 +205,7 @@ class Profiler(_Report, Callback):
         cuda = self.cuda_events if self.cuda_events is not None else self.learn.engine.device.type == "cuda"
         self._cuda = bool(cuda)
         self._stamps, self._slots = _stamped(cbh.handlers, self._ids, self._times, self._marks if cuda else None)
-        cbh.handlers = self._stamps  # a new dict: the Learner decides its fast path again (off: stamps listen)
+        cbh.handlers = self._stamps  # the table the loop reads, for this fit
 
     def on_batch_end(self):
         if self.learn.cbh.handlers is not self._stamps:  # callbacks added or removed mid-fit: the stamps are gone

@@ -250,3 +250,23 @@ def ddp_lbfgs_params(n_epochs):
 
     learn.fit(n_epochs, cbs=Count())
     return {k: v.clone() for k, v in learn.model.state_dict().items()}, evaluations
+
+
+def ddp_save_then_load(path):
+    "learn.save then, at once, learn.load on every rank: the save returns only once rank 0's file is written."
+    learn = toy_learner(DistributedDataParallelEngine(device="cpu"))
+    learn.fit(1)
+    learn.save(path, with_opt=True)
+    other = toy_learner(DistributedDataParallelEngine(device="cpu"))
+    other.load(path, with_opt=True)
+    same = all(torch.equal(a, b) for a, b in zip(learn.model.parameters(), other.model.parameters()))
+    return same and sorted(other.opts) == ["main"]
+
+
+def ddp_to_bf16():
+    "to_bf16() on a DDP learner: still every rank of a DDP run, now in bfloat16."
+    learn = toy_learner(DistributedDataParallelEngine(device="cpu")).to_bf16()
+    learn.fit(1)
+    engine = learn.engine
+    return (type(engine).__name__, engine.dtype, engine.world_size, engine.is_master_process,
+            {k: v.clone() for k, v in learn.model.state_dict().items()})
