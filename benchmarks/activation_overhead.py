@@ -1,4 +1,4 @@
-"""What watching the activations costs: time per batch of `Learner.fit` with `ActivationStats` (looplab.hooks: a
+"""What watching the activations costs: time per batch of `Learner.fit` with `ActivationStats` (looplab.activations: a
 forward hook on each layer with weights, each computing the layer's mean, std, share near zero and a 40-bin
 histogram on the device) and with the live `ActivationPlot` drawing as in a notebook (mode="widget"), against the
 same fit without, on the conv net of looplab.conv (4 hooked layers) and on the tiny MLP of
@@ -12,7 +12,7 @@ import argparse
 
 import torch
 
-from looplab.hooks import ActivationPlot, ActivationStats
+from looplab.activations import ActivationPlot, ActivationStats
 
 from profiler_overhead import measure, signals_conv, tiny_mlp  # a sibling script: benchmarks/ is on sys.path when run
 

@@ -85,6 +85,24 @@ class CallbackError(Exception):
         self.event = event
         super().__init__(f"callback {type(callback).__name__} failed in {event}: {type(error).__name__}: {error}")
 
+# %% ../nbs/02_callbacks.ipynb #bd3f6fc0
+def _check_callback(cb, attached: list) -> None:
+    "Refuse `cb` if it is no callback instance, a second copy of a unique one among `attached`, or misnames an event."
+    if isinstance(cb, type):
+        raise TypeError(f"got the class {cb.__name__}, expected an instance: pass {cb.__name__}() instead")
+    if not isinstance(cb, Callback):
+        raise TypeError(f"callbacks must be instances of looplab.callback.Callback, got {cb!r} "
+                        f"of type {type(cb).__name__}")
+    if cb.unique and any(type(c) is type(cb) for c in attached):
+        raise ValueError(f"{type(cb).__name__} is already attached and only one makes sense; "
+                         "remove the existing one first")
+    for attr in dir(type(cb)):
+        if attr.startswith("on_") and attr not in EVENTS and callable(getattr(cb, attr)):
+            guess = attr.replace("_start", "_begin").replace("_stop", "_end").replace("_finish", "_end")
+            close = difflib.get_close_matches(guess, EVENTS, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; events are {', '.join(EVENTS)}"
+            raise ValueError(f"{type(cb).__name__}.{attr} looks like an event but is not one{hint}")
+
 # %% ../nbs/02_callbacks.ipynb #925184c7
 class CallbackHandler:
     "Callbacks sorted by `order`, with each event's bound methods precomputed; `handler(event)` runs them."
@@ -97,7 +115,7 @@ class CallbackHandler:
     def add(self, *cbs: Callback) -> None:
         "Add callbacks (instances of `Callback` subclasses): all of them, or none if one is refused."
         for i, cb in enumerate(cbs):
-            self._check(cb, [*self.cbs, *cbs[:i]])
+            _check_callback(cb, [*self.cbs, *cbs[:i]])
         for cb in cbs:
             cb.learn = self.learn
             self.cbs.append(cb)
@@ -115,22 +133,6 @@ class CallbackHandler:
                 self.running = tuple(c for c in self.running if c is not cb)
                 if hasattr(cb, "on_train_end"):
                     self._call(cb.on_train_end, "on_train_end")
-
-    def _check(self, cb, attached: list) -> None:
-        if isinstance(cb, type):
-            raise TypeError(f"got the class {cb.__name__}, expected an instance: pass {cb.__name__}() instead")
-        if not isinstance(cb, Callback):
-            raise TypeError(f"callbacks must be instances of looplab.callback.Callback, got {cb!r} "
-                            f"of type {type(cb).__name__}")
-        if cb.unique and any(type(c) is type(cb) for c in attached):
-            raise ValueError(f"{type(cb).__name__} is already attached and only one makes sense; "
-                             "remove the existing one first")
-        for attr in dir(type(cb)):
-            if attr.startswith("on_") and attr not in EVENTS and callable(getattr(cb, attr)):
-                guess = attr.replace("_start", "_begin").replace("_stop", "_end").replace("_finish", "_end")
-                close = difflib.get_close_matches(guess, EVENTS, n=1)
-                hint = f"; did you mean {close[0]}?" if close else f"; events are {', '.join(EVENTS)}"
-                raise ValueError(f"{type(cb).__name__}.{attr} looks like an event but is not one{hint}")
 
     def rebuild(self) -> None:
         "Each event's tuple, from the callbacks in `order` (ties: as added); undoes a `handlers` a callback replaced."

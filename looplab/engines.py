@@ -103,7 +103,6 @@ class ProcessGroupEngine(DeviceEngine):
     "One process of many (torchrun or `launch`): joins the process group; collectives; rank 0 writes files."
     def __init__(self, device=None, backend: str | None = None, timeout_s: float = 300.0, **precision):
         env = process_group_env()
-        self.timeout_s = timeout_s
         self.rank = int(env["RANK"])
         self.world_size = int(env["WORLD_SIZE"])
         self.local_rank = int(env["LOCAL_RANK"])
@@ -272,11 +271,10 @@ class DistributedDataParallelEngine(ProcessGroupEngine):
         return self.unwrap_model(model)
 
     def with_precision(self, dtype: torch.dtype) -> Engine:
-        "This engine in mixed precision `dtype`: the same ranks, devices and process group, still DDP."
+        "This engine in mixed precision `dtype`: the same ranks, devices and (running) process group, still DDP."
         if type(self) not in (DistributedDataParallelEngine, DistributedDataParallelAMPEngine):
             return super().with_precision(dtype)  # a subclass of the reader's own: refused by DeviceEngine
-        return DistributedDataParallelAMPEngine(dtype, device=self.device, backend=self.backend, sync_bn=self.sync_bn,
-                                                timeout_s=self.timeout_s)
+        return DistributedDataParallelAMPEngine(dtype, device=self.device, backend=self.backend, sync_bn=self.sync_bn)
 
     def before_forward(self, model: nn.Module, sync_grads: bool) -> None:
         "Before a training batch's forward: on an accumulation batch (`sync_grads=False`), what `no_sync()` does."

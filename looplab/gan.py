@@ -8,23 +8,21 @@ from __future__ import annotations
 import warnings
 from typing import Callable
 
-import numpy as np
 import torch
-from matplotlib.figure import Figure
 from torch import nn
 import torch.nn.functional as F
 
 from .callback import Callback
 from .checks import check_int, check_number
 from .files import rng_state, set_rng_state
+from .gan_panels import GANAxes, GANPanels, draw_gan_panels  # drawn in 10_draw_gan; importable here too
 from .learner import Learner
-from .widgets import FigurePlot
+from .recorder import ProgressCallback
 
 # %% auto #0
 __all__ = ['LOGIT_LOSSES', 'GAN_PRESETS', 'ring_scatter', 'GANModule', 'nonsaturating_gen_loss', 'bce_crit_loss', 'wgan_gen_loss',
            'wgan_crit_loss', 'GANLoss', 'gan_opts', 'clamp_weights', 'gan_split_batch', 'check_noise_size', 'GANFeeder',
-           'GANTrainer', 'FixedGANSwitcher', 'AdaptiveGANSwitcher', 'GANProgress', 'gan_learner', 'GANAxes',
-           'draw_gan_panels', 'GANPanels']
+           'GANTrainer', 'FixedGANSwitcher', 'AdaptiveGANSwitcher', 'GANProgress', 'gan_learner']
 
 # %% ../nbs/10_gan.ipynb #b19f4595
 def ring_scatter(real: torch.Tensor) -> Callable:
@@ -384,8 +382,6 @@ class AdaptiveGANSwitcher(Callback):
             _trainer(self.learn, switching=True).switch(not gen_mode)
 
 # %% ../nbs/10_gan.ipynb #37fb5e7c
-from .recorder import ProgressCallback
-
 def _adam(params, lr: float) -> torch.optim.Optimizer:
     "Adam with beta1 = 0.5, as DCGAN trains: momentum chases a moving target less."
     return torch.optim.Adam(params, lr=lr, betas=(0.5, 0.999))
@@ -444,67 +440,3 @@ def gan_learner(generator: nn.Module, critic: nn.Module, dls, preset: str = "sta
     learn.opts = gan_opts(model, opt_func, learn.lr)  # named before fit, so that a checkpoint can be loaded first
     learn.opt = learn.opts["critic" if trainer_cls.alternates else "generator"]
     return learn
-
-# %% ../nbs/10_gan.ipynb #a7d9d9f3
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.ticker import MaxNLocator
-
-class GANAxes:
-    "The two panels of a GAN run, laid out once on `fig`: both networks' losses, their legend above the points, and samples."
-    def __init__(self, fig: Figure):
-        fig.clear()
-        self.ax_loss, self.ax_samples = fig.subplots(1, 2)
-        self.lines = [self.ax_loss.plot([], [], ".", ms=2, color=color, label=name)[0]  # critic, then generator
-                      for name, color in (("critic", "C0"), ("generator", "C1"))]
-        self.ax_loss.set_xlabel("training batch")
-        self.ax_loss.xaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True))  # whole batches, as many as fit
-        self.ax_loss.set_ylabel("loss")
-        width, height = fig.get_size_inches()  # fixed margins, in inches: no layout pass at each draw
-        fig.subplots_adjust(left=0.9 / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.35 / height,
-                            wspace=0.35)
-        legend = self.ax_loss.legend(loc="lower left", bbox_to_anchor=(0, 1), ncols=2, frameon=False, fontsize="small",
-                                     borderaxespad=0.3, markerscale=3)  # dots large enough to tell the colours
-        canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
-        renderer = canvas.get_renderer()  # measures text without drawing
-        self.title_pad = (legend.get_window_extent(renderer).y1 - self.ax_loss.bbox.y1) * 72 / fig.dpi + 4  # points
-        self.ax_loss.set_title("GAN losses", pad=self.title_pad)  # above the legend; the samples' title lines up
-        above = (self.ax_loss.title.get_window_extent(renderer).y1 - self.ax_loss.bbox.y1) / fig.dpi
-        fig.subplots_adjust(top=1 - (above + 0.08) / height)
-
-    def show_losses(self, trainer: GANTrainer, fit: bool = True) -> None:
-        "Put the trainer's losses on the loss panel's two series; with `fit`, the limits fit them (margins included)."
-        for line, rows in zip(self.lines, (trainer.crit_losses, trainer.gen_losses)):
-            steps_losses = np.asarray(rows, dtype=float).reshape(-1, 2)  # (training batch, loss) rows
-            line.set_data(steps_losses[:, 0], steps_losses[:, 1])
-        if fit:
-            self.ax_loss.relim()
-            self.ax_loss.autoscale()
-
-    def show_samples(self, fakes: torch.Tensor, show_samples: Callable, n_iter: int) -> None:
-        "Draw `fakes` with `show_samples(ax, fakes)` into the samples panel, cleared first; the title says when."
-        self.ax_samples.clear()
-        show_samples(self.ax_samples, fakes)
-        self.ax_samples.set_title(f"samples after batch {n_iter}", pad=self.title_pad)
-
-# %% ../nbs/10_gan.ipynb #cae79c85
-def draw_gan_panels(fig: Figure, trainer: GANTrainer, fakes: torch.Tensor, show_samples: Callable, n_iter: int) -> None:
-    "Draw into `fig`, from scratch, the trainer's two loss histories and `fakes` with `show_samples`."
-    panels = GANAxes(fig)
-    panels.show_losses(trainer)
-    panels.show_samples(fakes, show_samples, n_iter)
-
-# %% ../nbs/10_gan.ipynb #a7d27e40
-class GANPanels(FigurePlot):
-    "`draw_gan_panels` on a figure of its own: a notebook cell ending with it shows the picture."
-    def __init__(self, trainer: GANTrainer, fakes: torch.Tensor, show_samples: Callable, n_iter: int,
-                 figsize: tuple[float, float] = (9.0, 3.5), dpi: int = 80):
-        super().__init__(figsize, dpi)
-        self.trainer = trainer
-        self.fakes = fakes
-        self.show_samples = show_samples
-        self.n_iter = n_iter
-
-    def plot(self) -> Figure:
-        fig = self._figure()
-        draw_gan_panels(fig, self.trainer, self.fakes, self.show_samples, self.n_iter)
-        return fig

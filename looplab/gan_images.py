@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 from .callback import Callback
 from .checks import check_int
-from .gan import GANAxes, GANFeeder, GANTrainer, _trainer, clamp_weights
+from .gan import GANFeeder, GANTrainer, _trainer, clamp_weights
+from .gan_panels import GANAxes
 from .learner import _length
 from .recorder import _over_ranks
 from .metrics import MeanReducer

@@ -16,12 +16,12 @@ import warnings
 import torch
 
 from .callback import Callback
-from .checks import check_int, check_number
 from .metrics import MeanReducer
+from .progress import ProgressCallback  # notebook 03a's table, importable from here too
 
 # %% auto #0
 __all__ = ['n_items', 'summed_loss', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'smooth', 'smoothing_beta',
-           'fit_batches', 'smooth_fits', 'Recorder', 'ProgressCallback']
+           'fit_batches', 'smooth_fits', 'Recorder']
 
 # %% ../nbs/03b_recorder.ipynb #207e3c26
 def n_items(yb) -> int:
@@ -312,100 +312,3 @@ def _loss_labels(ax, log: bool) -> None:
         ax.set_yscale("log")
     ax.legend(loc="lower left", bbox_to_anchor=(0, 1), ncols=3, frameon=False, fontsize="small", borderaxespad=0.2)
     ax.set_title("Loss", pad=22)  # above the legend's row
-
-# %% ../nbs/03b_recorder.ipynb #260730fd
-def _is_log(out) -> bool:
-    "Whether `out` is a log: not a terminal, and not a notebook's output (where the table and live plots suffice)."
-    if type(out).__module__.startswith("ipykernel"):
-        return False
-    return not (hasattr(out, "isatty") and out.isatty())
-
-def _number(value: float) -> str:
-    "A loss or metric for the table: 4 decimals, or 4 significant digits below 0.01 (`1.234e-04`, not `0.0001`)."
-    return f"{value:.3e}" if value != 0 and abs(value) < 0.01 else f"{value:.4f}"
-
-def _epoch_row(row: dict, columns: list[str], n_epochs: int) -> str:
-    "One epoch's row of the table: the epoch of `n_epochs`, the values of `columns` between those two, the time."
-    cells = [f"{row['epoch'] + 1:>5}/{n_epochs:<6}"]
-    cells += [f"{_number(row[c]):>12}" for c in columns[1:-1]]
-    cells.append(f"{row['time']:>11.2f}s")
-    return "  ".join(cells)
-
-# %% ../nbs/03b_recorder.ipynb #28400b2b
-class _BatchLines(Callback):
-    "The lines a log gets within an epoch: every `every` batches or `every_s` seconds, printed with `self._print`."
-    def __init__(self, every: int, every_s: float, min_s: float):
-        self.every = check_int("every", every, 1)  # a batch line after this many training batches...
-        self.every_s = check_number("every_s", every_s, 0)  # ...or this many seconds, whichever comes first
-        self.min_s = check_number("min_s", min_s, 0)  # but `every` batches wait until this many seconds passed
-        self._n = 0  # training batches since the last line
-        self._last = 0.0  # and the time of that line
-
-    def on_epoch_begin(self):
-        self._n = 0
-        self._last = time.perf_counter()
-
-    def _count_batch(self) -> None:
-        self._n += 1
-        elapsed = time.perf_counter() - self._last
-        if (self._n >= self.every and elapsed >= self.min_s) or elapsed >= self.every_s:
-            self._batch_line()
-
-    def _batch_line(self) -> None:
-        now = time.perf_counter()
-        learn = self.learn
-        learn.recorder.flush()  # the only host sync: the losses since the last line, as floats
-        losses = learn.recorder.losses[-self._n:]
-        lr = learn.recorder.hypers[-1][0][0]  # the LR the latest step used
-        of = f"/{learn.epoch_len}" if learn.epoch_len else ""
-        ms_per_batch = 1000 * (now - self._last) / self._n
-        self._print(f"epoch {learn.epoch + 1}/{learn.n_epochs}  batch {learn.iter + 1}{of}  lr {lr:.4g}  "
-                    f"loss {_number(sum(losses) / len(losses))}  {ms_per_batch:.2f} ms/batch")
-        self._n = 0
-        self._last = now
-
-# %% ../nbs/03b_recorder.ipynb #6b8ce158
-class ProgressCallback(_BatchLines):
-    "A header, one row per epoch, and in a log (no terminal) a line every `every` batches or `every_s` seconds."
-    order = 90  # after the Recorder has written the epoch's row
-    unique = True
-
-    def __init__(self, file=None, every: int = 200, every_s: float = 30.0, batch_lines: bool | None = None,
-                 min_s: float = 1.0):
-        super().__init__(every, every_s, min_s)
-        self.file = file  # where to print; None means sys.stdout at the time of printing
-        self.batch_lines = batch_lines  # None: only in a log (`_is_log`)
-        self._lines = False
-        self._header_due = False
-
-    def _print(self, line: str) -> None:
-        if self.learn.engine.is_master_process:  # one table, not one per process
-            print(line, file=self.file or sys.stdout, flush=True)
-
-    def _columns(self) -> list[str]:
-        "The table's columns: the epoch, the two losses, the metrics and the time."
-        return ["epoch", "train_loss", "valid_loss", *[m.name for m in self.learn.metrics], "time"]
-
-    def on_train_begin(self):
-        if not any(cb is self.learn.recorder for cb in self.learn.cbs):
-            raise ValueError(f"{type(self).__name__} prints the rows of learn.recorder, which was removed: "
-                             "keep the recorder attached, or build the Learner with progress=False")
-        lines = self.batch_lines if self.batch_lines is not None else _is_log(self.file or sys.stdout)
-        self._lines = lines and self.learn.engine.is_master_process
-        self.columns = self._columns()
-        self._header_due = True  # printed once a batch has run: a fit refused at its first batch prints no table
-
-    def _header(self) -> None:
-        self._header_due = False
-        self._print("  ".join(f"{c:>12}" for c in self.columns))
-
-    def on_batch_end(self):
-        if self._header_due:
-            self._header()
-        if self._lines and self.learn.training:
-            self._count_batch()
-
-    def on_epoch_end(self):
-        if self._header_due:  # an epoch without a batch (a resumed run that had only its validation left)
-            self._header()
-        self._print(_epoch_row(self.learn.recorder.values[-1], self.columns, self.learn.n_epochs))

@@ -1,6 +1,9 @@
 import os
 import signal
 
+import pytest
+import torch
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
@@ -39,3 +42,12 @@ def pytest_unconfigure(config):
     if _previous is not None:
         signal.signal(signal.SIGTERM, _previous)
         _previous = None
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    "One intra-op thread for a test module, as in its worker processes: bit-identical runs, no fight for a busy machine's cores."
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -13,12 +13,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from looplab.callback import Callback, CancelFitException
+from looplab.callback import Callback
 from looplab.checkpoint import load_checkpoint
 from looplab.checkpoint_callback import Checkpoint
 from looplab.data import load_digits
 from looplab.datasets import from_datasets
 from looplab.learner import Learner, set_seed
+
+from helpers import StopAfter
 
 N_EPOCHS = 2
 
@@ -56,18 +58,6 @@ class FirstItems(Callback):
 
     def load_state_dict(self, state):
         self.items = list(state["items"])
-
-
-class StopAfter(Callback):
-    "Stops the run after training batch `n_iter` (after the Checkpoint saved)."
-    order = 200
-
-    def __init__(self, n_iter=None):
-        self.n_iter = n_iter
-
-    def on_batch_end(self):
-        if self.learn.training and self.learn.n_iter == self.n_iter:
-            raise CancelFitException()
 
 
 def build_learner(num_workers: int, persistent: bool, cbs=()) -> Learner:

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 from typing import Iterator
 
@@ -14,7 +15,7 @@ from torch import nn
 
 from looplab.callback import Callback, CancelFitException
 from looplab.checkpoint import load_checkpoint, save_checkpoint
-from looplab.data import DataLoaders
+from looplab.data import DataLoaders, load_digits
 from looplab.learner import Learner, set_seed
 
 PNG = b"\x89PNG\r\n\x1a\n"  # the first bytes of every PNG file
@@ -66,6 +67,15 @@ def make_learner(dls=None, opt_func=torch.optim.SGD, lr=0.1, **kwargs):
     return learn
 
 
+def digits_learner(make_model, seed: int, bs: int = 64, data_seed: int = 42, lr: float = 0.1, momentum: float = 0.9,
+                   progress: bool = False, **kwargs) -> Learner:
+    "A learner on the digits: `make_model()` built after `set_seed(seed)`, SGD with `momentum`, silent by default."
+    set_seed(seed)
+    model = make_model()
+    dls = DataLoaders.from_tensors(*load_digits(), bs=bs, seed=data_seed)
+    return Learner(model, dls, lr=lr, opt_func=partial(torch.optim.SGD, momentum=momentum), progress=progress, **kwargs)
+
+
 def find_cb(learn, cls):
     "The learner's first callback of class `cls`."
     return next(cb for cb in learn.cbs if type(cb) is cls)
@@ -85,6 +95,23 @@ class StopAt(Callback):
             save_checkpoint(self.learn, self.path)
             if self.die:
                 os._exit(0)
+            raise CancelFitException()
+
+
+class StopAfter(Callback):
+    "Stops the run after training batch `n_iter`, or at the end of epoch `epoch` (after a Checkpoint saved): a kill at a known moment."
+    order = 200
+
+    def __init__(self, n_iter=None, epoch=None):
+        self.n_iter = n_iter
+        self.epoch = epoch
+
+    def on_batch_end(self):
+        if self.learn.training and self.learn.n_iter == self.n_iter:
+            raise CancelFitException()
+
+    def on_epoch_end(self):
+        if self.learn.epoch == self.epoch:
             raise CancelFitException()
 
 

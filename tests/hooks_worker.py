@@ -8,7 +8,7 @@ from torch import nn
 from looplab.callback import Callback
 from looplab.conv import conv_net, signal_dls
 from looplab.engines import DistributedDataParallelEngine
-from looplab.hooks import ActivationStats
+from looplab.activations import ActivationStats
 from looplab.learner import Learner, set_seed
 
 CHANNELS = (8, 16)  # conv_net's layers: 1 Conv1d, 3 Conv1d, 8 Linear

@@ -9,13 +9,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from looplab.callback import Callback, CancelFitException
+from looplab.callback import Callback
 from looplab.checkpoint import save_checkpoint
 from looplab.checkpoint_callback import Checkpoint
 from looplab.data import DataLoaders, load_digits
 from looplab.learner import Learner, set_seed
 from looplab.metrics import Accuracy
-from helpers import PrintProgress, kill_and_resume_parser, resume_if_saved, run_results
+from helpers import PrintProgress, StopAfter, kill_and_resume_parser, resume_if_saved, run_results
 
 
 class Noise(Callback):
@@ -34,23 +34,6 @@ class Noise(Callback):
 
     def load_state_dict(self, state):
         self.draws = state["draws"]
-
-
-class StopAfter(Callback):
-    "Stops the run after training batch `n_iter`, or at the end of epoch `epoch` (after the Checkpoint saved)."
-    order = 200
-
-    def __init__(self, n_iter=None, epoch=None):
-        self.n_iter = n_iter
-        self.epoch = epoch
-
-    def on_batch_end(self):
-        if self.learn.training and self.learn.n_iter == self.n_iter:
-            raise CancelFitException()
-
-    def on_epoch_end(self):
-        if self.learn.epoch == self.epoch:
-            raise CancelFitException()
 
 
 class SaveAt(Callback):

@@ -62,13 +62,7 @@ def assert_same_run(result: dict, reference: dict, label: str) -> None:
     assert result["draws"] == reference["draws"] and result["n_iter"] == reference["n_iter"], label
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    "One intra-op thread here too, as in the workers: on a busy machine, a second thread mostly waits for the first."
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the fixture is conftest's
 
 
 @pytest.fixture(scope="module")

@@ -192,6 +192,6 @@ def test_a_summed_loss_is_recorded_per_item_and_small_losses_keep_their_digits()
     mean = run(nn.CrossEntropyLoss())
     assert summed.recorder.values[0]["valid_loss"] == pytest.approx(mean.recorder.values[0]["valid_loss"], rel=1e-6)
     assert summed.recorder.losses == pytest.approx(mean.recorder.losses, rel=1e-5)  # lr 1e-9: the weights barely move
-    from looplab.recorder import _epoch_row
+    from looplab.progress import _epoch_row
     row = {"epoch": 0, "train_loss": 1.2341e-4, "valid_loss": 0.25, "time": 1.0}
     assert _epoch_row(row, ["epoch", "train_loss", "valid_loss", "time"], 1).split()[1:3] == ["1.234e-04", "0.2500"]

@@ -2,31 +2,26 @@
 import random
 import subprocess
 import sys
-from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from helpers import digits_learner
 from looplab.callback import Callback, CallbackError, CancelStepException, CancelZeroGradException
-from looplab.data import DataLoaders, load_digits
 from looplab.engine import AMPEngine
 from looplab.fp16 import LossScale, MixedPrecision, check_half
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 
 WORKER = Path(__file__).with_name("fp16_worker.py")
 
 
-def digits_learner(cbs=(), epochs_seed=42, bs=64, engine=None) -> Learner:
-    set_seed(epochs_seed)
-    model = nn.Sequential(nn.Linear(64, 128), nn.BatchNorm1d(128), nn.ReLU(), nn.Linear(128, 10))
-    learn = Learner(model, DataLoaders.from_tensors(*load_digits(), bs=bs), lr=0.05,
-                    opt_func=partial(torch.optim.SGD, momentum=0.9), metrics=[Accuracy()], cbs=list(cbs),
-                    engine=engine)
-    learn.remove_cbs(learn.progress)
-    return learn
+def learner(cbs=(), epochs_seed=42, bs=64, engine=None) -> Learner:
+    "A 64-128-10 MLP with batch norm on the digits, SGD with momentum at LR 0.05, accuracy, silent."
+    return digits_learner(lambda: nn.Sequential(nn.Linear(64, 128), nn.BatchNorm1d(128), nn.ReLU(), nn.Linear(128, 10)),
+                          seed=epochs_seed, bs=bs, lr=0.05, metrics=[Accuracy()], cbs=list(cbs), engine=engine)
 
 
 class Watch(Callback):
@@ -57,7 +52,7 @@ class Watch(Callback):
 def test_dynamic_scaling_skips_exactly_the_overflowed_step_halves_and_grows():
     mp = MixedPrecision(torch.float16, growth_interval=4)
     watch = Watch(mp, inject=(3, 10))
-    learn = digits_learner([mp, watch])
+    learn = learner([mp, watch])
     learn.fit(1)
     rows = {n: (scale, moved, steps) for n, scale, moved, steps in watch.rows}
     assert [n for n, (_, moved, _) in rows.items() if not moved] == [3, 10]  # exactly the injected steps skipped
@@ -71,7 +66,7 @@ def test_dynamic_scaling_skips_exactly_the_overflowed_step_halves_and_grows():
 def test_masters_stay_fp32_and_model_half_during_training():
     mp = MixedPrecision(torch.float16)
     watch = Watch(mp)
-    digits_learner([mp, watch]).fit(1)
+    learner([mp, watch]).fit(1)
     assert watch.dtypes == [torch.float16, torch.float16, torch.float32, torch.float32, torch.float16, torch.float16]
     assert set(watch.master_dtypes) == {torch.float32}
 
@@ -79,16 +74,16 @@ def test_masters_stay_fp32_and_model_half_during_training():
 def test_static_scale_skips_overflow_without_changing():
     mp = MixedPrecision(torch.float16, loss_scale=1024.0, dynamic=False)
     watch = Watch(mp, inject=(2,))
-    learn = digits_learner([mp, watch])
+    learn = learner([mp, watch])
     learn.fit(1)
     assert mp.scaler.scale == 1024.0 and learn.recorder.n_skipped == 1
     assert [n for n, _, moved, _ in watch.rows if not moved] == [2]
 
 
 def test_bfloat16_run_on_cpu_reaches_fp32_accuracy_within_one_point():
-    fp32 = digits_learner()
+    fp32 = learner()
     fp32.fit(6)
-    bf16 = digits_learner([MixedPrecision(torch.bfloat16)])
+    bf16 = learner([MixedPrecision(torch.bfloat16)])
     bf16.fit(6)
     acc32 = fp32.recorder.values[-1]["accuracy"]
     acc16 = bf16.recorder.values[-1]["accuracy"]
@@ -129,7 +124,7 @@ class LossCheck(Callback):
 def test_recorded_loss_is_the_unscaled_loss(accumulate):
     mp = MixedPrecision(torch.float16)
     check = LossCheck()
-    learn = digits_learner([mp, Accumulate(accumulate), check])
+    learn = learner([mp, Accumulate(accumulate), check])
     learn.fit(1)
     for (reference, loss, loss_grad), recorded in zip(check.rows, learn.recorder.losses):
         assert loss == pytest.approx(reference, rel=1e-6) and recorded == loss
@@ -147,12 +142,12 @@ def test_clip_bounds_the_unscaled_master_gradients():
             norms.append(torch.linalg.vector_norm(torch.stack([m.grad.norm() for m in mp.masters])).item())
 
     mp = MixedPrecision(torch.float16, clip=0.05)
-    digits_learner([mp, Norm()]).fit(1)
+    learner([mp, Norm()]).fit(1)
     assert max(norms) <= 0.05 * (1 + 1e-5) and len(norms) > 10
 
 
 def test_learner_is_fp32_after_fit_and_trains_on():
-    learn = digits_learner([MixedPrecision(torch.bfloat16)])
+    learn = learner([MixedPrecision(torch.bfloat16)])
     learn.fit(1)
     assert all(p.dtype == torch.float32 for p in learn.model.parameters())
     assert [p for g in learn.opt.param_groups for p in g["params"]] == list(learn.model.parameters())
@@ -171,7 +166,7 @@ def test_bad_input_is_a_clear_error(monkeypatch):
         MixedPrecision(clip=0)
     with pytest.raises(ValueError, match="growth_interval"):
         LossScale(growth_interval=0)
-    learn = digits_learner([MixedPrecision()], engine=AMPEngine(torch.bfloat16, device="cpu"))
+    learn = learner([MixedPrecision()], engine=AMPEngine(torch.bfloat16, device="cpu"))
     with pytest.raises(CallbackError, match="ValueError: MixedPrecision does by hand what AMPEngine.*use one of them"):
         learn.fit(1)
 
@@ -208,7 +203,7 @@ def test_learn_clip_fn_clips_the_unscaled_fp32_masters():
         seen.append(({p.dtype for p in params}, torch.nn.utils.clip_grad_norm_(params, 0.05).item()))
 
     mp = MixedPrecision(torch.float16)
-    learn = digits_learner([mp])
+    learn = learner([mp])
     learn.clip_fn = clip_fn
     learn.fit(1)
     assert seen and all(dtypes == {torch.float32} for dtypes, _ in seen)

@@ -1,4 +1,4 @@
-"""Hooks and activation statistics (looplab.hooks): the hooks go after every kind of exit, the weights and an exact
+"""Hooks and activation statistics (looplab.hooks, looplab.activations): the hooks go after every kind of exit, the weights and an exact
 resume are the same with them as without, each DDP rank records its own shard, and the live plot draws without ever
 stopping training."""
 import gc
@@ -19,18 +19,13 @@ from looplab.checkpoint import load_checkpoint
 from looplab.conv import conv_net, signal_dls
 from looplab.data import DataLoaders
 from looplab.distributed import launch
-from looplab.hooks import ActivationPlot, ActivationStats, Hooks
+from looplab.activations import ActivationPlot, ActivationStats
+from looplab.hooks import Hooks
 from looplab.learner import Learner, set_seed
 from looplab.widgets import LivePlotWarning, Throttle
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    "One intra-op thread, as in the workers: bit-identical runs, and no fight for a busy machine's cores."
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the fixture is conftest's
 
 
 @pytest.fixture

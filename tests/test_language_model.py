@@ -22,13 +22,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TIMEOUT = 300
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    "One intra-op thread, as in the worker."
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the fixture is conftest's
 
 
 def run_worker(out: Path, *args) -> dict:

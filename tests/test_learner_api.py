@@ -5,6 +5,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers import digits_learner
 from looplab.callback import Callback
 from looplab.checkpoint import CheckpointError, save_checkpoint
 from looplab.checks import refuses
@@ -12,16 +13,10 @@ from looplab.data import DataLoaders, load_digits
 from looplab.learner import Learner, set_seed
 
 
-def sgd_momentum(params, lr):
-    return torch.optim.SGD(params, lr=lr, momentum=0.9)
-
-
-def digits_learner(cbs=None, **kwargs):
+def learner(cbs=None, **kwargs):
     "A learner on the digits with dropout and batch norm (random numbers and buffers a stray pass would change)."
-    set_seed(5)
-    model = nn.Sequential(nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 10))
-    dls = DataLoaders.from_tensors(*load_digits(), bs=64, seed=7)
-    return Learner(model, dls, lr=0.1, opt_func=sgd_momentum, cbs=cbs, progress=False, **kwargs)
+    return digits_learner(lambda: nn.Sequential(nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.3),
+                                                nn.Linear(32, 10)), seed=5, data_seed=7, cbs=cbs, **kwargs)
 
 
 def weights(learn):
@@ -38,7 +33,7 @@ def same(a, b):
 
 
 def test_get_preds_are_the_models_own_outputs():
-    learn = digits_learner()
+    learn = learner()
     learn.fit(1)
     preds, targets = learn.get_preds()
     learn.model.eval()
@@ -53,9 +48,9 @@ def test_get_preds_are_the_models_own_outputs():
 
 def test_get_preds_leaves_the_training_state_alone():
     "A fit after get_preds (and predict) is the fit without them, bit for bit: weights, buffers, losses."
-    plain = digits_learner()
+    plain = learner()
     plain.fit(2)
-    learn = digits_learner()
+    learn = learner()
     learn.get_preds()
     learn.get_preds(loader_without_generator(learn))
     learn.predict(learn.dls.valid.dataset[0])
@@ -79,16 +74,16 @@ class PredictMidFit(Callback):
 
 
 def test_get_preds_inside_a_fit_changes_nothing():
-    plain = digits_learner()
+    plain = learner()
     plain.fit(1)
-    learn = digits_learner(cbs=[PredictMidFit()])
+    learn = learner(cbs=[PredictMidFit()])
     learn.fit(1)
     assert same(weights(plain), weights(learn))
     assert plain.recorder.losses == learn.recorder.losses
 
 
 def test_get_preds_puts_back_each_modules_mode():
-    learn = digits_learner()
+    learn = learner()
     learn.model.train()
     learn.model[1].eval()  # a frozen batch norm: a mixed model must stay mixed
     learn.get_preds()
@@ -117,13 +112,13 @@ def test_get_preds_without_targets_and_with_several_outputs():
 
 
 def test_get_preds_refuses_no_data():
-    learn = digits_learner()
+    learn = learner()
     learn.dls.valid = None
     refuses(learn.get_preds, ValueError, "dls.valid is None", "get_preds(dl=")
 
 
 def test_predict_one_item():
-    learn = digits_learner()
+    learn = learner()
     learn.fit(1)
     preds, _ = learn.get_preds()
     item = learn.dls.valid.dataset[3]  # (x, y), as the dataset gives it
@@ -135,18 +130,18 @@ def test_predict_one_item():
 
 
 def test_predict_refuses_a_wrong_shape():
-    learn = digits_learner()
+    learn = learner()
     x_valid = learn.dls.valid.dataset.tensors[0]
     refuses(lambda: learn.predict(x_valid[:5]), ValueError, "one item", "(5, 64)", "(64,)")
     refuses(lambda: learn.predict(torch.zeros(8, 8)), ValueError, "(8, 8)", "(64,)")
 
 
 def test_save_load_weights(tmp_path):
-    learn = digits_learner()
+    learn = learner()
     learn.fit(1)
     path = learn.save(tmp_path / "w.pt")
     assert [p.name for p in tmp_path.iterdir()] == ["w.pt"]  # written atomically: no temporary left
-    fresh = digits_learner()
+    fresh = learner()
     fresh.load(path)
     assert same(weights(learn), weights(fresh))
     assert not fresh.opts  # the weights only
@@ -154,23 +149,23 @@ def test_save_load_weights(tmp_path):
 
 def test_save_load_with_opt_continues_the_same(tmp_path):
     "Weights and optimizer state saved: a new learner trains on exactly as the saved one does."
-    learn = digits_learner()
+    learn = learner()
     learn.fit(1)
     learn.save(tmp_path / "w.pt", with_opt=True)
-    fresh = digits_learner()
+    fresh = learner()
     fresh.load(tmp_path / "w.pt", with_opt=True)
     set_seed(1)
     learn.fit(1)
     set_seed(1)
     fresh.fit(1)
     assert same(weights(learn), weights(fresh))
-    weights_only = digits_learner()
+    weights_only = learner()
     weights_only.load(tmp_path / "w.pt")  # a file with the optimizers, loaded without: the weights only
     assert not weights_only.opts
 
 
 def test_load_refuses_another_model_and_changes_nothing(tmp_path):
-    learn = digits_learner()
+    learn = learner()
     learn.save(tmp_path / "w.pt")
     other = Learner(nn.Sequential(nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10)), learn.dls, progress=False)
     before = weights(other)
@@ -180,28 +175,28 @@ def test_load_refuses_another_model_and_changes_nothing(tmp_path):
 
 
 def test_load_with_opt_refuses_a_file_without(tmp_path):
-    learn = digits_learner()
+    learn = learner()
     learn.save(tmp_path / "w.pt")
-    refuses(lambda: digits_learner().load(tmp_path / "w.pt", with_opt=True), ValueError, "no optimizer state",
+    refuses(lambda: learner().load(tmp_path / "w.pt", with_opt=True), ValueError, "no optimizer state",
             "with_opt=False")
     refuses(lambda: learn.save(tmp_path / "o.pt", with_opt=True), ValueError, "no optimizer yet", "fit first")
 
 
 def test_load_takes_the_weights_of_a_checkpoint(tmp_path):
-    learn = digits_learner()
+    learn = learner()
     learn.fit(1)
     save_checkpoint(learn, tmp_path / "ckpt.pt")
-    fresh = digits_learner()
+    fresh = learner()
     fresh.load(tmp_path / "ckpt.pt")
     assert same(weights(learn), weights(fresh))
 
 
 def test_load_checkpoint_on_a_weights_file_points_to_learn_load(tmp_path):
     from looplab.checkpoint import load_checkpoint
-    learn = digits_learner()
+    learn = learner()
     learn.fit(1)
     learn.save(tmp_path / "w.pt", with_opt=True)
-    fresh = digits_learner()
+    fresh = learner()
     before = weights(fresh)
     refuses(lambda: load_checkpoint(fresh, tmp_path / "w.pt"), CheckpointError, "weights saved by learn.save",
             "learn.load(path)", "nothing was loaded")
@@ -209,7 +204,7 @@ def test_load_checkpoint_on_a_weights_file_points_to_learn_load(tmp_path):
 
 
 def test_load_refuses_a_damaged_file(tmp_path):
-    learn = digits_learner()
+    learn = learner()
     path = learn.save(tmp_path / "w.pt")
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -219,7 +214,7 @@ def test_load_refuses_a_damaged_file(tmp_path):
 def test_get_preds_through_an_autocast_engine():
     "The engine's autocast is used (bfloat16 on the CPU), and half-precision outputs come back as float32."
     from looplab.engine import AMPEngine
-    learn = digits_learner(engine=AMPEngine(torch.bfloat16, device="cpu"))
+    learn = learner(engine=AMPEngine(torch.bfloat16, device="cpu"))
     preds, _ = learn.get_preds()
     assert preds.dtype == torch.float32
     learn.model.eval()

@@ -11,7 +11,7 @@ from looplab.conv import conv_net, signal_dls
 from looplab.data import set_seed
 from looplab.distributed import launch
 from looplab.engine import AMPEngine, DeviceEngine
-from looplab.hooks import ActivationPlot, ActivationStats
+from looplab.activations import ActivationPlot, ActivationStats
 from looplab.learner import Learner
 from looplab.profiler import Profiler, ProfilePlot
 
