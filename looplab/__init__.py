@@ -9,7 +9,10 @@ __all__ = ['Callback', 'CancelBackwardException', 'CancelBatchException', 'Cance
            'save_checkpoint', 'Checkpoint', 'conv_net', 'make_signals', 'signal_dls', 'DistributedDataParallelEngine',
            'gan_learner', 'Perplexity', 'EarlyStopping', 'SaveBestModel', 'GradientAccumulation', 'GradientClipping',
            'LabelSmoothingCrossEntropy', 'MixUp', 'RNNRegularizer', 'TerminateOnNaN', 'BPTTBatches', 'CarryState',
-           'batchify']
+           'batchify', 'ActivationPlot', 'ActivationStats', 'DataParallelEngine', 'DistributedDataParallelAMPEngine',
+           'get_engine', 'launch', 'from_datasets', 'MixedPrecision', 'DCGANTrainer', 'GANPlot', 'GANPanels', 'Hook',
+           'HookCallback', 'Hooks', 'LRPlot', 'SWA', 'AdamW', 'Profiler', 'ProfilePlot', 'TorchTrace', 'StatefulLoader',
+           'ReproducibleShuffleSampler']
 
 # %% ../nbs/06c_api.ipynb #5b044271
 from .callback import (Callback, CancelBackwardException, CancelBatchException, CancelEpochException,
@@ -44,3 +47,43 @@ _all_ = ["load_checkpoint", "save_checkpoint", "Checkpoint", "conv_net", "make_s
          "LabelSmoothingCrossEntropy", "MixUp", "RNNRegularizer", "TerminateOnNaN", "BPTTBatches", "CarryState",
          "batchify"]
 
+
+# %% ../nbs/06c_api.ipynb #651c098a
+from .activations import ActivationPlot, ActivationStats
+from .engines import DataParallelEngine, DistributedDataParallelAMPEngine, get_engine
+from .distributed import launch
+from .datasets import from_datasets
+from .fp16 import MixedPrecision
+from .gan_images import DCGANTrainer, GANPlot
+from .gan_panels import GANPanels
+from .hooks import Hook, HookCallback, Hooks
+from .lr_plot import LRPlot
+from .monitor import SWA
+from .optim import AdamW
+from .profiler import Profiler, ProfilePlot, TorchTrace
+from .resume import StatefulLoader
+from .samplers import ReproducibleShuffleSampler
+
+_all_ = ["ActivationPlot", "ActivationStats", "DataParallelEngine", "DistributedDataParallelAMPEngine", "get_engine",
+         "launch", "from_datasets", "MixedPrecision", "DCGANTrainer", "GANPlot", "GANPanels", "Hook", "HookCallback",
+         "Hooks", "LRPlot", "SWA", "AdamW", "Profiler", "ProfilePlot", "TorchTrace", "StatefulLoader",
+         "ReproducibleShuffleSampler"]
+
+# %% ../nbs/06c_api.ipynb #e5938920
+def _home_of(name: str):
+    "The module of the package whose `__all__` holds `name`: looked up in nbdev's index of its functions and classes, then among every module's names."
+    import importlib
+    from looplab._modidx import d
+    indexed = [module for module, names in d["syms"].items() if f"{module}.{name}" in names]
+    for module in [*indexed, *d["syms"]]:  # a constant is in no index: each module is asked in turn
+        found = importlib.import_module(module)
+        if name in getattr(found, "__all__", ()):
+            return found
+    return None
+
+def __getattr__(name: str):
+    "A public name of any module of the package, imported from its module when first asked for."
+    module = None if name.startswith("_") else _home_of(name)
+    if module is None:
+        raise AttributeError(f"module 'looplab' has no attribute {name!r}")
+    return getattr(module, name)

@@ -43,7 +43,7 @@ def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> P
 def load_checkpoint(learn, path: str | os.PathLike) -> dict:
     "Load `path` into `learn`, so that its next `fit` continues exactly; return the header, with `resumes_at`."
     path = _as_path(path)
-    ckpt = read_checkpoint(path)
+    ckpt = learn.engine.read_checkpoint(path)  # the engine's file: a sharded engine reads its shards when loading
     if "loop" not in ckpt["state"]:  # what learn.save writes: weights (and optimizers), no position in a run
         raise CheckpointError(f"{str(path)!r} holds weights saved by learn.save, not a whole run to resume: load "
                               "it with learn.load(path) (with_opt=True for the optimizers too); save_checkpoint and "

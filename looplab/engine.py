@@ -125,9 +125,13 @@ class Engine(EngineBase):
         if self.is_master_process:
             write_checkpoint(checkpoint, path, keep_prev)
 
+    def read_checkpoint(self, path) -> dict:
+        "The checkpoint file at `path`, verified: `{'header': ..., 'state': ...}` on the CPU (every process can read it)."
+        return read_checkpoint(path)
+
     def load_checkpoint(self, path) -> dict:
         "Read and verify the checkpoint at `path` (every process can), on the CPU."
-        return read_checkpoint(path)["state"]
+        return self.read_checkpoint(path)["state"]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={str(self.device)!r})"
@@ -229,6 +233,9 @@ def step_closure(loss, evaluate: Callable, clip_fn: Callable | None, optimizer, 
 
 def closure_refusal(engine, optimizer) -> str | None:
     "Why `engine` cannot step `optimizer` through a closure, or None if it can."
+    because = getattr(engine, "no_closure_because", None)  # an engine that can step through no closure says why
+    if because:
+        return f"{type(optimizer).__name__} steps with a closure that evaluates the loss again, and {because}"
     if getattr(engine, "scaler", None) is not None:
         return (f"{type(optimizer).__name__} steps with a closure that evaluates the loss again, and {engine!r} "
                 "scales the float16 loss with a GradScaler, which cannot step through a closure: train in full "

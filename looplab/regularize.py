@@ -105,13 +105,16 @@ class GradientAccumulation(_OpenGradients):
                              f"{self.n_batches} batches: give it bigger batches instead")
 
     def on_batch_begin(self):
-        if self.learn.training and self.last == "drop" and self._window()[0] < self.n_batches:
+        if not self.learn.training:
+            return
+        size, pos = self._window()
+        if self.last == "drop" and size < self.n_batches:
             raise CancelBatchException()  # a partial last window: its batches are not trained on
+        self._final = pos == size - 1
+        self.learn.sync_grads = self._final  # before the forward, where a DDP engine reads it
 
     def on_backward_begin(self):
-        size, pos = self._window()
-        self._final = pos == size - 1
-        self.learn.sync_grads = self._final
+        size, _ = self._window()
         if size > 1:
             self.learn.loss_grad = self.learn.loss_grad / size
 

@@ -173,6 +173,19 @@ class ParamScheduler(Callback):
     def load_state_dict(self, state: dict) -> None:
         self.start_step = state["start_step"]
 
+# %% ../nbs/06_schedules.ipynb #87b22c89
+_PER_STEP = (torch.optim.lr_scheduler.OneCycleLR, torch.optim.lr_scheduler.CyclicLR)  # "after a batch", say torch's docs
+
+def _documented_unit(scheduler) -> str:
+    "The unit torch's documentation steps `scheduler` in: 'step' for OneCycleLR and CyclicLR, 'epoch' for its others."
+    if isinstance(scheduler, _PER_STEP):
+        return "step"
+    if type(scheduler).__module__ == "torch.optim.lr_scheduler":
+        return "epoch"
+    raise ValueError(f"{type(scheduler).__name__} is not one of torch's schedulers, so the unit it counts in is not "
+                     "known: say TorchScheduler(make, every='step') to step it after every optimizer step, or "
+                     "every='epoch' to step it once at the end of every epoch")
+
 # %% ../nbs/06_schedules.ipynb #ce3bf36d
 class TorchScheduler(Callback):
     "Steps the `torch.optim.lr_scheduler` that `make(opt)` builds: every real step or every epoch; a plateau scheduler on `monitor`."
@@ -182,8 +195,8 @@ class TorchScheduler(Callback):
         if not callable(make):
             raise TypeError(f"make must be callable as make(opt) -> a torch.optim.lr_scheduler, got {make!r}")
         if every not in (None, "step", "epoch"):
-            raise ValueError(f"every must be 'step' or 'epoch' (None: 'epoch' for ReduceLROnPlateau, else 'step'), "
-                             f"got {every!r}")
+            raise ValueError(f"every must be 'step' or 'epoch' (None: the unit torch's documentation steps the "
+                             f"scheduler in), got {every!r}")
         self.make = make
         self.every = every
         self.monitor = monitor  # the recorded column ReduceLROnPlateau steps on
@@ -198,7 +211,7 @@ class TorchScheduler(Callback):
         names = ["train_loss", "valid_loss", *[m.name for m in self.learn.metrics]]
         if plateau and self.monitor not in names:
             raise ValueError(f"monitor={self.monitor!r} is not recorded: the Recorder writes {names}")
-        self._on = "epoch" if plateau else (self.every or "step")
+        self._on = self.every or _documented_unit(self.scheduler)
         self._plateau = plateau
         if self._state is not None:
             self.scheduler.load_state_dict(self._state)

@@ -16,6 +16,7 @@ from looplab.data import DataLoaders, load_digits
 from looplab.engines import DistributedDataParallelAMPEngine, DistributedDataParallelEngine
 from looplab.learner import Learner, set_seed
 from looplab.metrics import Accuracy
+from looplab.regularize import GradientAccumulation
 
 
 def toy_data(n=96, features=16, classes=4, seed=3):
@@ -270,3 +271,10 @@ def ddp_to_bf16():
     engine = learn.engine
     return (type(engine).__name__, engine.dtype, engine.world_size, engine.is_master_process,
             {k: v.clone() for k, v in learn.model.state_dict().items()})
+
+
+def ddp_accumulated_params(n_epochs):
+    "GradientAccumulation(2) under DDP: the parameters each rank ends with."
+    learn = toy_learner(DistributedDataParallelEngine(device="cpu"), cbs=[GradientAccumulation(2)])
+    learn.fit(n_epochs)
+    return {k: v.clone() for k, v in learn.model.state_dict().items()}

@@ -51,3 +51,18 @@ def test_the_learner_is_one_loop_class_on_a_short_chain():
     assert len(chain) <= 4, [c.__name__ for c in chain]
     for step in ("fit", "_do_epoch", "_train_epoch", "_validate_epoch", "_do_batch", "_batch", "_phase"):
         assert step in vars(looplab.learner.Learner), f"Learner.{step} is not in the Learner's own cell"
+
+
+def test_every_public_name_is_served_by_the_one_import():
+    "`from looplab import X` works for every name in any module's `__all__`, and gives that very object."
+    import importlib
+
+    import looplab
+    homes = {}
+    for name in MODULES:
+        module = importlib.import_module(f"looplab.{name}")
+        for public in getattr(module, "__all__", ()):
+            homes.setdefault(public, []).append(getattr(module, public))
+    for public, objects in sorted(homes.items()):
+        served = getattr(looplab, public)
+        assert any(served is obj for obj in objects), f"looplab.{public} is not the module's own {public}"

@@ -14,7 +14,7 @@ from looplab.callback import Callback, CallbackError, CancelStepException
 from looplab.checkpoint import learner_state, load_learner_state
 from looplab.data import DataLoaders
 from looplab.lr_plot import LRPlot
-from looplab.schedule import (ParamScheduler, Sched, anneal_cos, anneal_exp, anneal_linear, combine_scheds,
+from looplab.schedule import (ParamScheduler, Sched, TorchScheduler, anneal_cos, anneal_exp, anneal_linear, combine_scheds,
                               dry_run_scheduler, fit_flat_cos, fit_one_cycle, fit_sgdr, one_cycle_scheds)
 from looplab.widgets import Throttle
 
@@ -212,7 +212,8 @@ def test_schedules_that_do_not_fit_the_optimizer_are_refused_at_train_begin():
 
 # --- LRPlot ---------------------------------------------------------------------------------------------------
 
-class TorchScheduler(Callback):
+class PerStepScheduler(Callback):
+    "Steps a torch scheduler after every optimizer step, by hand."
     def __init__(self, scheduler):
         self.scheduler = scheduler
 
@@ -250,7 +251,7 @@ def test_lr_plot_dry_run_predicts_training_exactly_for_every_group():
     step_lr = lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
     plot = LRPlot(scheduler=step_lr, n_steps=48, opt=learn.opt)
     assert set(plot.planned["lr"]) == {"plan (scheduler, group 0)", "plan (scheduler, group 1)"}
-    learn.fit(3, cbs=[plot, TorchScheduler(step_lr)])
+    learn.fit(3, cbs=[plot, PerStepScheduler(step_lr)])
     assert plot.lrs == [plot.planned["lr"]["plan (scheduler, group 0)"], plot.planned["lr"]["plan (scheduler, group 1)"]]
     assert plot.lrs[0][:11] == [0.01] * 10 + [0.005]
     assert plot.moms == [[0.9] * 48, [0.9] * 48]  # Adam's betas[0]
@@ -342,3 +343,54 @@ def test_lr_plot_bad_input(call, error, words):
         assert word in str(info.value)
 
 
+
+
+# --- TorchScheduler's unit --------------------------------------------------------------------------------------
+
+def lrs_per_epoch(learn) -> list[float]:
+    per_epoch = len(learn.dls.train)
+    return [lrs[0] for lrs, _ in learn.recorder.hypers[::per_epoch]]
+
+
+def test_step_lr_steps_once_per_epoch_as_torch_documents_it():
+    "StepLR(step_size=1, gamma=0.7) for 3 epochs: 0.7 per epoch, not per batch (which would leave ~1e-11)."
+    learn = make_learner(lr=0.1)
+    sched = TorchScheduler(lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7))
+    learn.fit(3, cbs=sched)
+    assert lrs_per_epoch(learn) == pytest.approx([0.1, 0.07, 0.049])
+    assert learn.opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.7 ** 3)
+
+
+def test_one_cycle_lr_steps_after_every_batch_as_torch_documents_it():
+    learn = make_learner(lr=0.1)
+    n_steps = 2 * len(learn.dls.train)
+    sched = TorchScheduler(lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, 0.5, total_steps=n_steps))
+    learn.fit(2, cbs=sched)  # one step too many would raise in OneCycleLR itself
+    assert sched.scheduler.last_epoch == n_steps
+    lrs = [lrs[0] for lrs, _ in learn.recorder.hypers]
+    assert 0.45 < max(lrs) <= 0.5 and lrs[0] < 0.05 and lrs[-1] < 1e-3
+
+
+def test_reduce_lr_on_plateau_steps_per_epoch_on_its_monitor():
+    learn = make_learner(lr=0.1)
+    sched = TorchScheduler(lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0,
+                                                                                  threshold=10.0))
+    learn.fit(3, cbs=sched)  # a threshold no epoch clears: halved after every epoch
+    assert lrs_per_epoch(learn) == pytest.approx([0.1, 0.05, 0.025])
+
+
+def test_every_overrides_the_documented_unit_and_a_scheduler_of_ones_own_must_name_it():
+    learn = make_learner(lr=0.1)
+    per_step = TorchScheduler(lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5), every="step")
+    learn.fit(1, cbs=per_step)
+    assert per_step.scheduler.last_epoch == len(learn.dls.train)
+
+    class Halving(torch.optim.lr_scheduler.LRScheduler):
+        def get_lr(self):
+            return [base * 0.5 ** self.last_epoch for base in self.base_lrs]
+
+    with pytest.raises(CallbackError, match="every='step'.*every='epoch'"):
+        make_learner().fit(1, cbs=TorchScheduler(Halving))
+    learn = make_learner(lr=0.1)
+    learn.fit(2, cbs=TorchScheduler(Halving, every="epoch"))
+    assert lrs_per_epoch(learn) == pytest.approx([0.1, 0.05])

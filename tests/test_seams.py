@@ -14,6 +14,7 @@ from looplab.engine import AMPEngine, DeviceEngine
 from looplab.activations import ActivationPlot, ActivationStats
 from looplab.learner import Learner
 from looplab.profiler import Profiler, ProfilePlot
+from looplab.regularize import GradientAccumulation
 
 torch.set_num_threads(1)
 
@@ -139,3 +140,13 @@ def test_a_callback_attached_mid_epoch_is_called_from_the_next_batch():
     learn = make_learner()
     learn.fit(1, cbs=[AttachesAtBatch3()])
     assert counter.iters == list(range(4, len(learn.dls.train)))
+
+
+def test_gradient_accumulation_under_ddp_syncs_the_window_s_last_backward():
+    "The window's last batch all-reduces (DDP reads sync_grads at the forward): the ranks end as one model, one process's."
+    ranks = launch(w.ddp_accumulated_params, nprocs=2, args=(2,))
+    single = w.toy_learner(DeviceEngine("cpu"), cbs=[GradientAccumulation(2)])
+    single.fit(2)
+    for name, p in single.model.state_dict().items():
+        assert torch.equal(ranks[0][name], ranks[1][name]), name
+        assert (ranks[0][name] - p).abs().max() <= 1e-6, name
