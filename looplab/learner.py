@@ -26,7 +26,7 @@ from .metrics import as_reducers
 from .recorder import ProgressCallback, Recorder
 
 # %% auto #0
-__all__ = ['train_order', 'LearnerBase', 'Learner']
+__all__ = ['LearnerBase', 'Learner']
 
 # %% ../nbs/04_learner.ipynb #72649173
 def _as_list(cbs) -> list:
@@ -43,14 +43,6 @@ def _length(dl) -> int | None:
         return len(dl)
     except TypeError:
         return None
-
-def train_order(dls):
-    "What decides the order of `dls.train`'s batches: the loader, or its (batch) sampler, if it has `set_epoch`."
-    dl = dls.train
-    for candidate in (dl, getattr(dl, "batch_sampler", None), getattr(dl, "sampler", None)):
-        if hasattr(candidate, "set_epoch"):
-            return candidate
-    return None
 
 # %% ../nbs/04_learner.ipynb #0c476a99
 _PHASES = {name: (f"on_{name}_begin", f"on_{name}_end", f"on_{name}_cancel", cancel)
@@ -149,8 +141,11 @@ def _stop_between_batches(learn):
     try:
         yield
         if learn._stop_asked and learn.stopped is None:  # pressed in on_train_end, after the epochs
+            raise _Stop
+    except (KeyboardInterrupt, _Stop) as interrupt:  # or pressed twice there: fit still ends with the one line
+        if learn.stopped is None:
             _settle_stop(learn)
-            learn.stopped = _stop_line(learn, _Stop())
+            learn.stopped = _stop_line(learn, interrupt)
     finally:
         learn._stop_asked = False  # validate() after this fit must not stop
         if own:
@@ -224,7 +219,9 @@ class LearnerBase:
     @property
     def train_order(self):
         "What decides the order of training batches: the loader, or its (batch) sampler, if it has `set_epoch`."
-        return train_order(self.dls)
+        dl = self.dls.train
+        candidates = (dl, getattr(dl, "batch_sampler", None), getattr(dl, "sampler", None))
+        return next((candidate for candidate in candidates if hasattr(candidate, "set_epoch")), None)
 
     def create_opt(self) -> None:
         "Create the optimizer `opts['main']` from `opt_func`, the model's parameters and `lr`; make it `opt`."

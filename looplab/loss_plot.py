@@ -5,6 +5,7 @@
 # %% ../nbs/05b_loss_plot.ipynb #bfcf9a53
 from __future__ import annotations
 
+import html
 import math
 import time
 from typing import Callable, Mapping
@@ -21,7 +22,7 @@ from .recorder import Recorder, _from_zero
 from .widgets import FigurePlot, LivePlot, _grown_limits, _hold_batches
 
 # %% auto #0
-__all__ = ['LossChart', 'FitTime', 'LossPlot', 'compare_runs']
+__all__ = ['LossChart', 'FitTime', 'FitProgress', 'LossPlot', 'compare_runs']
 
 # %% ../nbs/05b_loss_plot.ipynb #a7e3f1c2
 class _PlainLogFormatter(LogFormatter):
@@ -152,7 +153,9 @@ class LossChart(_LossRecord):
         if held:
             self._ylim = _grown_limits(self._ylim if grow else None, min(held), max(held), self.log)
             ax.set_ylim(*self._ylim)
-        if self._total is None:
+        if not grow:  # the final picture, or plot(): the x axis holds what was done (a stopped fit: no empty tail)
+            ax.set_xlim(0, max(len(self.losses), 1))
+        elif self._total is None:
             _hold_batches([ax], len(self.losses))
 
 # %% ../nbs/05b_loss_plot.ipynb #3ceec5d4
@@ -176,65 +179,97 @@ def _duration(seconds: float) -> str:
 
 # %% ../nbs/05b_loss_plot.ipynb #fd8458c4
 class FitTime:
-    "Time elapsed in a fit, and time left from the batches done since it started (or resumed)."
+    "Time elapsed in a fit, and time left at the pace of the batches since its first one ended (or since it resumed)."
     def __init__(self, total: int | None, clock: Callable[[], float] = time.perf_counter):
         self.total = total  # training batches in the fit's schedule; None when the loader has no length
         self.clock = clock
         self.start = clock()
         self.first: int | None = None  # the position of the first batch this process trained
+        self._mark: tuple[int, float] | None = None  # (batches done, clock) when that first batch ended
 
     def begin_at(self, position: int) -> None:
-        "Note where training started: the first call counts, later ones are ignored."
+        "Note, at the end of a batch, where training started: the first call counts, later ones are ignored."
         if self.first is None:
             self.first = position
+            self._mark = (position + 1, self.clock())
 
     def text(self, position: int) -> str:
-        "`m:ss elapsed`, and `· m:ss left` once a batch is done and the length of the fit is known."
-        elapsed = self.clock() - self.start
-        out = f"{_duration(elapsed)} elapsed"
-        if self.total is not None and self.first is not None and position > self.first:
-            out += f" · {_duration(elapsed * (self.total - position) / (position - self.first))} left"
+        "`m:ss elapsed`, and `· m:ss left` once the pace is known: 3 batches and half a second past the first one."
+        now = self.clock()
+        out = f"{_duration(now - self.start)} elapsed"
+        if self.total is not None and self._mark is not None:
+            done, seconds = position - self._mark[0], now - self._mark[1]
+            if done >= 3 and seconds >= 0.5:  # the first batch is slow (first-time costs): it sets no pace
+                out += f" · {_duration(seconds * (self.total - position) / done)} left"
         return out
 
 # %% ../nbs/05b_loss_plot.ipynb #0f20c66f
-class LossPlot(LossChart):
-    "Live chart of the training and validation losses, with a progress bar (in a notebook) or a progress line, and the time left."
-    bar = None  # the ipywidgets progress bar and label, in a notebook
-    label = None
+class FitProgress(LivePlot):
+    "A live plot with a sense of time: in a notebook a progress bar and a label above its figure, rewritten about every `tick_ms`."
+    bar = None  # the progress bar and its label, in a notebook
+    tick_ms = 250
 
-    def _begin(self) -> None:
-        super()._begin()
+    def on_train_begin(self):
+        self._per_epoch = _length(self.learn.dls.train)
+        self._total = None if self._per_epoch is None else self.learn.n_epochs * self._per_epoch
         self.time = FitTime(self._total)
         self._epochs_done = 0
+        self._trained = 0  # training batches ended in this fit
+        self._next_tick = 0.0
+        super().on_train_begin()
 
     def _open_controls(self) -> None:
-        self.bar, self.label = _progress_widgets(self._total or self.learn.n_epochs or 1)
+        self.bar = _ProgressBar(self._total or self.learn.n_epochs or 1)
+
+    def _done(self) -> int:
+        "Training batches of this fit's schedule done (epochs done when the loader has no length)."
+        if self._per_epoch is None:
+            return self._epochs_done
+        return (self.time.first or 0) + self._trained
 
     def on_batch_end(self):
-        if self.learn.training and self._per_epoch is not None:
-            self.time.begin_at(self.learn.epoch * self._per_epoch + self.learn.iter)
+        if self.learn.training:
+            self.time.begin_at(self.learn.epoch * (self._per_epoch or 0) + self.learn.iter)
+            self._trained += 1
         super().on_batch_end()
+        if self.bar is not None and self.learn.training and time.perf_counter() >= self._next_tick:
+            self.bar.show(self._done(), self._status())  # a small HTML update: no picture, no budget
+            self._next_tick = time.perf_counter() + self.tick_ms / 1000
 
-    def _position(self) -> int:
-        "Training batches of this fit's schedule done, as far as collected (epochs done when the loader has no length)."
-        return self._epochs_done if self._per_epoch is None else (self.time.first or 0) + len(self.losses)
+    def on_epoch_end(self):
+        self._epochs_done += 1
+        if self.live is None:
+            self.line.clear()
 
-    def _redraw(self, started: float, final: bool = False) -> None:
-        super()._redraw(started, final)
-        if self.bar is not None:
-            self.bar.value = min(self._position(), self.bar.max)
-            self.label.value = self._summary() if final else self._status()
-            if final:
-                self.bar.bar_style = "success" if self.bar.value == self.bar.max else "warning"
+    def on_train_end(self):
+        began = self._began
+        super().on_train_end()
+        if began and self.bar is not None:
+            done = self._done()
+            self.bar.show(done, self._summary(), "success" if done >= self.bar.max else "warning")
 
     def _status(self) -> str:
-        "epoch, batch, smoothed loss, time elapsed and left."
+        "epoch, batch, time elapsed and left."
         parts = [f"epoch {self.learn.epoch + 1}/{self.learn.n_epochs}"]
         if self._per_epoch is not None:
             parts.append(f"batch {self.learn.iter + 1}/{self._per_epoch}")
-        if self.smooth:
-            parts.append(f"loss {self.smooth[-1]:.4f}")
-        return " · ".join(parts + [self.time.text(self._position())])
+        return " · ".join(parts + [self.time.text(self._done())])
+
+    def _summary(self) -> str:
+        return f"{self._done()} training batches in {_duration(self.time.clock() - self.time.start)}"
+
+    def close(self) -> None:
+        "Stop drawing and ticking; training goes on, and `plot()`/`save()` still work."
+        super().close()
+        self.bar = None
+
+class LossPlot(LossChart, FitProgress):
+    "Live chart of the training and validation losses, with a progress bar (in a notebook) or a progress line, and the time left."
+    def _status(self) -> str:
+        "epoch, batch, smoothed loss, time elapsed and left."
+        loss = [f"loss {self.smooth[-1]:.4f}"] if self.smooth else []
+        head, _, times = super()._status().rpartition(" · ")  # the loss before the times
+        return " · ".join([head, *loss, times])
 
     def _summary(self) -> str:
         "What the fit did, in one line."
@@ -246,26 +281,31 @@ class LossPlot(LossChart):
         return " · ".join(parts)
 
     def on_epoch_end(self):
-        super().on_epoch_end()
-        self._epochs_done += 1
-        if self.live is None:
-            self.line.clear()
-
-    def close(self) -> None:
-        "Close the progress widgets and stop drawing; training goes on, and `plot()`/`save()` still work."
-        super().close()
-        for widget in [w for w in (self.bar, self.label) if w is not None]:
-            widget.close()
+        LossChart.on_epoch_end(self)
+        FitProgress.on_epoch_end(self)
 
 # %% ../nbs/05b_loss_plot.ipynb #d4d11351
-def _progress_widgets(total: int) -> tuple:
-    "A progress bar and a label, displayed side by side (ipywidgets is imported here: scripts never need it)."
-    import ipywidgets
-    from IPython.display import display
-    bar = ipywidgets.IntProgress(value=0, min=0, max=total, description="training")
-    label = ipywidgets.Label(value="starting")
-    display(ipywidgets.HBox([bar, label]))
-    return bar, label
+class _ProgressBar:
+    "A progress bar and a label in a notebook output, as HTML updated in place: a saved notebook keeps what it showed last."
+    def __init__(self, total: int):
+        from IPython.display import HTML, display
+        self.max = max(total, 1)
+        self.value = 0
+        self.text = "starting"
+        self.bar_style = ""  # "success" (ended full) or "warning" (stopped early), at the end
+        self.handle = display(HTML(self._html()), display_id=True)
+
+    def show(self, value: int, text: str, bar_style: str = "") -> None:
+        from IPython.display import HTML
+        self.value, self.text, self.bar_style = min(value, self.max), text, bar_style
+        if self.handle is not None:  # None: IPython without a kernel, nothing shows it
+            self.handle.update(HTML(self._html()))
+
+    def _html(self) -> str:
+        colour = {"success": "#2e7d32", "warning": "#ef6c00"}.get(self.bar_style, "#1565c0")
+        return (f'<div style="display:flex;align-items:center;gap:1em"><progress class="looplab-progress" '
+                f'value="{self.value}" max="{self.max}" style="width:16em;accent-color:{colour}"></progress>'
+                f'<span>{html.escape(self.text)}</span></div>')
 
 # %% ../nbs/05b_loss_plot.ipynb #0e75af66
 def compare_runs(runs: Mapping[str, object], beta: float | None = None, log: bool = False,

@@ -112,6 +112,8 @@ class LRPlan(LivePlot):
         for line, values in zip(actual, series):
             line.set_data(range(len(values)), values)
         n_steps = max([self.n_steps or 0, self._fit_steps or 0, *(len(v) for v in series), 1])
+        if not grow and series and series[0]:  # the final picture: the steps taken (a stopped fit has no empty tail)
+            n_steps = len(series[0])
         for ax, kind, values in zip(fig.axes, ("lr", "mom"), (self.lrs, self.moms)):
             log = kind == "lr" and self.log
             held = [v for vs in [*self.planned[kind].values(), *values] for v in vs if math.isfinite(v) and (v > 0 or not log)]
@@ -145,6 +147,19 @@ class LRPlot(LRPlan):
         self.lrs = [[] for _ in groups]
         self.moms = [[] for _ in groups] if not math.isnan(group_momentum(groups[0])) else []
         self._ylims = {}
+
+    def _status(self) -> str | None:
+        "step and LR, in text mode."
+        if not self.lrs or not self.lrs[0]:
+            return None
+        return f"step {len(self.lrs[0])}/{self._fit_steps or '?'} · lr {self.lrs[0][-1]:.3g}"
+
+    def _summary(self) -> str:
+        "The steps taken and the LR they went through, in one line."
+        if not self.lrs or not self.lrs[0]:
+            return "no training step"
+        lrs = self.lrs[0]
+        return f"{len(lrs)} steps, lr {lrs[0]:.3g} → {lrs[-1]:.3g} (between {min(lrs):.3g} and {max(lrs):.3g})"
 
     def _collect(self) -> None:
         for lrs, moms in self.learn.recorder.hypers[self._first + len(self.lrs[0]):]:

@@ -299,11 +299,14 @@ class _PhaseChart(LivePlot):
             band.set_xy(np.column_stack([np.concatenate([x, x[::-1]]),
                                          np.concatenate([np.repeat(top, 2), np.repeat(bottom, 2)[::-1]])]))
             bottom = top
-        typical = np.percentile(bottom, 95) * 1.25 if len(bottom) >= 20 else bottom.max()  # rare peaks: marked
-        self._ylim = _grown_limits(self._ylim if grow else None, 0.0, float(typical))
+        typical = float(np.median(self.batch_times())) * 1e3 * 2  # twice the median batch, from the first frame
+        if self._ylim is None or not grow or not 0.6 * self._ylim[1] <= typical <= self._ylim[1]:
+            self._ylim = (0.0, typical)  # kept while it fits: a changed axis costs a full redraw
         ax.set_ylim(*self._ylim)
         above = bottom > self._ylim[1]
         artists[-1].set_data((edges[:-1] + edges[1:])[above] / 2, np.full(above.sum(), self._ylim[1]))
+        if not grow:  # the final picture: the batches done (a stopped fit has no empty tail)
+            ax.set_xlim(0, max(n, 1))
         _hold_batches([ax], n)
 
     def _status(self) -> str | None:
@@ -312,10 +315,12 @@ class _PhaseChart(LivePlot):
     def _summary(self) -> str:
         if not self.n_batches:
             return "no training batch"
-        return f"{self.n_batches} training batches, {_duration(float(self.batch_times().mean()))} each: {self._shares_text()}"
+        return f"{self.n_batches} batches, {_duration(float(self.batch_times().mean()))} each: {self._shares_text()}"
 
     def _shares_text(self) -> str:
-        return ", ".join(f"{phase} {share:.0%}" for phase, share in self.shares().items())
+        "The phases that take 1 % or more, the largest first: short enough for a terminal's line."
+        shares = sorted(self.shares().items(), key=lambda item: -item[1])
+        return ", ".join(f"{phase} {share:.0%}" for phase, share in shares if share >= 0.005)
 
 # %% ../nbs/07d_profiler.ipynb #747a6ef6
 class ProfilePlot(Profiler, _PhaseChart):

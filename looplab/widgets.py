@@ -21,10 +21,11 @@ from PIL import Image as PILImage
 
 from .callback import Callback
 from .checks import check_number
+from .progress import ProgressLine  # notebook 03a's, importable from here too
 
 # %% auto #0
-__all__ = ['in_notebook', 'Throttle', 'BlitFigure', 'LiveFigure', 'ProgressLine', 'ShownFigure', 'FigurePlot', 'LivePlotWarning',
-           'LivePlotCore', 'LivePlot']
+__all__ = ['in_notebook', 'Throttle', 'BlitFigure', 'LiveFigure', 'ShownFigure', 'FigurePlot', 'LivePlotWarning', 'LivePlotCore',
+           'LivePlot']
 
 # %% ../nbs/05_live_plots.ipynb #af29a7df
 def in_notebook() -> bool:
@@ -34,17 +35,12 @@ def in_notebook() -> bool:
     shell = _shell()
     return shell is not None and getattr(shell, "kernel", None) is not None
 
-# %% ../nbs/05_live_plots.ipynb #cf92a7ce
 def _shell():
     "The running IPython shell, or None (in a script that never imported IPython)."
     ipython = sys.modules.get("IPython")
     if ipython is None:
         return None
     return ipython.get_ipython()
-
-# %% ../nbs/05_live_plots.ipynb #b7d40f19
-if in_notebook():
-    import ipywidgets  # noqa: F401 (a one-time cost, paid here rather than in the first fit)
 
 # %% ../nbs/05_live_plots.ipynb #4a2b5ce2
 class Throttle:
@@ -54,16 +50,19 @@ class Throttle:
         self.max_overhead = check_number("max_overhead", max_overhead, low=0, high=1, low_open=True)
         self.clock = clock  # seconds, monotonic
         self.next = -math.inf  # clock time from which the work is due
+        self.budget = self  # the throttle whose budget this one charges: itself, or one it shares (`start`)
         self.began: float | None = None  # when the budget started: `start()`, else the first work's beginning
-        self.n_done = 0  # pieces of work done since then
-        self.spent = 0.0  # seconds of work charged to the budget: all but the first piece
+        self.n_done = 0  # pieces of work done since `start()`
+        self.spent = 0.0  # seconds of work charged to the budget: all but each plot's first piece
 
-    def start(self) -> None:
-        "Begin a run: the budget is empty, and the first work is due one interval from now."
-        self.began = self.clock()
+    def start(self, shared: Throttle | None = None) -> None:
+        "Begin a run: the first work is due one interval from now; the budget is empty, or `shared`'s (one per fit)."
+        self.budget = shared.budget if shared is not None else self
+        if self.budget is self:
+            self.began = self.clock()
+            self.spent = 0.0
         self.n_done = 0
-        self.spent = 0.0
-        self.next = self.began + self.every_ms / 1000
+        self.next = self.clock() + self.every_ms / 1000
 
     def due(self) -> bool:
         "Whether the work is due now: one clock read, cheap enough for every batch."
@@ -72,12 +71,13 @@ class Throttle:
     def done(self, started: float) -> None:
         "Record that the work, begun at clock time `started`, is finished; the first piece is free (a one-time cost)."
         now = self.clock()
-        if self.began is None:
-            self.began = started
+        budget = self.budget
+        if budget.began is None:
+            budget.began = started
         if self.n_done > 0:
-            self.spent += now - started
+            budget.spent += now - started
         self.n_done += 1
-        paid = self.began + self.spent / self.max_overhead  # when max_overhead of the time pays for what was spent
+        paid = budget.began + budget.spent / budget.max_overhead  # when max_overhead of the time pays for it all
         self.next = max(now + self.every_ms / 1000, paid)
 
 # %% ../nbs/05_live_plots.ipynb #99c24844
@@ -174,43 +174,6 @@ class LiveFigure(BlitFigure):
         self.noted = None
         self.throttle.done(started)
 
-# %% ../nbs/05_live_plots.ipynb #9dff5bfa
-class ProgressLine:
-    "One line of progress: rewritten in place on a terminal; elsewhere (logs, CI, nbdev_test) only the finished line is written."
-    def __init__(self, file=None):
-        self.file = file  # None means sys.stdout at the time of writing
-        self._width = 0  # how many characters the line on screen has
-
-    def _out(self):
-        return self.file or sys.stdout
-
-    def _tty(self) -> bool:
-        isatty = getattr(self._out(), "isatty", None)
-        return bool(isatty and isatty())
-
-    def update(self, text: str) -> None:
-        "Show `text` in place of the current line (on a terminal; elsewhere nothing)."
-        if not self._tty():
-            return
-        out = self._out()
-        out.write("\r" + text.ljust(self._width))
-        out.flush()
-        self._width = len(text)
-
-    def clear(self) -> None:
-        "Blank the current line (on a terminal), so that other output starts at its beginning."
-        if not self._tty() or self._width == 0:
-            return
-        out = self._out()
-        out.write("\r" + " " * self._width + "\r")
-        out.flush()
-        self._width = 0
-
-    def finish(self, text: str) -> None:
-        "Write `text` as a finished line."
-        self.clear()
-        print(text, file=self._out(), flush=True)
-
 # %% ../nbs/05_live_plots.ipynb #0d549db6
 def _grown_limits(current: tuple[float, float] | None, lo: float, hi: float, log: bool = False) -> tuple[float, float]:
     "Axis limits that hold [`lo`, `hi`]: `current` if it already does, else new ones with room to grow."
@@ -235,7 +198,6 @@ class ShownFigure(Figure):
     def _repr_png_(self) -> bytes:
         return _png(self)
 
-# %% ../nbs/05_live_plots.ipynb #0e25423e
 class FigurePlot:
     "A plot drawn on demand by `plot()`; `save(path)` writes it, and a notebook cell ending with it shows it as a PNG."
     empty_hint = "give it something to draw first"  # what to do when there is nothing to plot yet
@@ -299,7 +261,6 @@ def _check_mode(mode: str) -> str:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     return mode
 
-# %% ../nbs/05_live_plots.ipynb #0522547d
 class _LivePlotHooks(FigurePlot):
     "The hooks of a live plot that a plot may leave out, each doing nothing by default."
     def _begin(self) -> None:
@@ -309,7 +270,7 @@ class _LivePlotHooks(FigurePlot):
     def _open_controls(self) -> None:
         "Show widgets above the figure (in a notebook)."
     def _status(self) -> str | None:
-        "The progress line of text mode (None: none)."
+        "The progress line of text mode (None: none); it is cut to 79 columns."
     def _summary(self) -> str | None:
         "The line text mode prints at the end (None: none)."
 
@@ -329,7 +290,7 @@ class LivePlotCore(_LivePlotHooks):
         self.line = ProgressLine(file)
         self.live: LiveFigure | None = None  # the figure of the current or last fit, in widget mode
         self._drawing = False
-        self._began = False  # on_train_begin completed: on_train_end has something to finish
+        self._began = False  # on_train_begin completed and on_train_end not yet: this fit's budget is open
         self._failure: str | None = None  # why drawing stopped, if a draw failed
 
     def _update(self, final: bool = False) -> None:
@@ -342,7 +303,7 @@ class LivePlotCore(_LivePlotHooks):
             if self.live is not None and self._ready():
                 self._redraw(started, final)
             elif status is not None:
-                self.line.update(status)
+                self.line.update(status, key=self)
         except Exception as e:  # a plot must never stop training
             self._drawing = False
             self._failure = f"{type(self).__name__} stopped drawing (training goes on): {type(e).__name__}: {e}"
@@ -373,7 +334,6 @@ def _nothing_drawn(name: str, failure: str | None, drawing: bool) -> str:
         return f"{name} was closed before its first picture: plot() draws what it collected"
     return f"{name} has nothing to draw: the fit ended before its first training batch"
 
-# %% ../nbs/05_live_plots.ipynb #22dd7ec9
 def _note_nothing_drawn(live: LiveFigure | None, name: str, failure: str | None, drawing: bool) -> None:
     "Put `_nothing_drawn`'s line in the output of a live figure that was never drawn, once; nothing where it was drawn."
     if live is None or live.n_draws > 0:
@@ -397,21 +357,25 @@ class LivePlot(LivePlotCore, Callback):
         self._begin()
         master = self.learn.engine.is_master_process  # several processes draw one picture: the master's
         widget = master and (self.mode == "widget" or (self.mode == "auto" and in_notebook()))
-        self._open(widget, shown=_shell() is not None)
+        peer = next((cb for cb in self.learn.cbs if isinstance(cb, LivePlotCore) and cb._began), None)
+        if peer is not None and peer.line.file is self.line.file:
+            self.line = peer.line  # one line for the fit's plots, each with its part
+        self._open(widget, shown=_shell() is not None, peer=peer)
         self._drawing = master
         self._began = True
 
-    def _open(self, widget: bool, shown: bool) -> None:
+    def _open(self, widget: bool, shown: bool, peer: LivePlotCore | None = None) -> None:
         "Open the live figure (widget mode; shown in a notebook output if `shown`), or get ready to write text."
         self.live = None
         if widget:
             self.live = LiveFigure(self.figsize, self.dpi, self.every_ms, self.max_overhead)
-            self.live.animate(*self._artists(self.live.fig))
         self.throttle = self.live.throttle if widget else Throttle(self.every_ms, self.max_overhead)
-        self.throttle.start()
+        self.throttle.start(peer.throttle if peer is not None else None)  # one budget for the fit's plots
         if widget and shown:
             self._open_controls()
-            self.live.show()
+            self.live.show()  # the placeholder first, then the artists: the output opens at once
+        if widget:
+            self.live.animate(*self._artists(self.live.fig))
 
     def on_batch_end(self):
         if self.learn.training and self._drawing and self.throttle.due():
@@ -422,11 +386,12 @@ class LivePlot(LivePlotCore, Callback):
     def on_train_end(self):
         if not self._began:  # another callback failed before this one began: leave its error alone
             return
+        self._began = False
         if self.live is None:
             self._collect()
             summary = self._summary()
             if summary is not None:
-                self.line.finish(f"{type(self).__name__}: {summary}")
+                self.line.finish(f"{type(self).__name__}: {summary}", key=self)
         elif self._drawing:
             self._update(final=True)
         self._settle()

@@ -56,7 +56,7 @@ DEMO_JS = f"""() => {{
   return {{  // a queued cell shows [*] too, but only a running one has outputs
     running: (cell.node.querySelector('.jp-InputPrompt')?.textContent || '').includes('*'),
     images: Array.from(cell.node.querySelectorAll('.jp-OutputArea-output img')).map(img => img.src),
-    progress_bars: cell.node.querySelectorAll('.widget-hprogress').length,  // ipywidgets' IntProgress
+    progress_bars: cell.node.querySelectorAll('progress.looplab-progress').length,  // the live plots' HTML bar
   }};
 }}"""
 

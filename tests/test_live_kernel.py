@@ -47,9 +47,10 @@ epoch_seconds = time.perf_counter() - epoch_start  # the fits ask for enough epo
 
 
 def pictures(kc, code: str, silence: float = 120) -> list[str]:
-    "Run `code`; the kinds of the messages it sent that carry a PNG, in order, and 'html' for the others."
+    "Run `code`; the kinds ('png', or 'html' for a placeholder) of the messages it sent to the displays that showed a picture, in order."
     msg_id = kc.execute(code)
-    shown = []
+    shown = []  # (kind, display id) of each display message
+    pictured = set()  # the displays that carried a picture
     while True:
         try:
             msg = kc.get_iopub_msg(timeout=silence)  # each cell here runs for seconds: a long silence is a hang
@@ -62,9 +63,12 @@ def pictures(kc, code: str, silence: float = 120) -> list[str]:
         if kind == "error":
             pytest.fail("\n".join(content["traceback"]))
         if kind in ("display_data", "update_display_data"):
-            shown.append("png" if "image/png" in content["data"] else "html")
+            if "image/png" in content["data"]:
+                pictured.add(content.get("transient", {}).get("display_id"))
+            shown.append(("png" if "image/png" in content["data"] else "html",
+                          content.get("transient", {}).get("display_id")))
         if kind == "status" and content["execution_state"] == "idle":
-            return shown
+            return [kind for kind, display in shown if display in pictured]  # the picture's display, not the bar's
 
 
 @pytest.fixture(scope="module")

@@ -255,7 +255,7 @@ def test_text_mode_prints_one_summary_line(capsys):
     learn.fit(1, cbs=ProfilePlot(mode="text"))
     out = capsys.readouterr().out.strip().splitlines()
     lines = [line for line in out if line.startswith("ProfilePlot")]
-    assert len(lines) == 1 and "16 training batches" in lines[0] and "forward" in lines[0]
+    assert len(lines) == 1 and "16 batches" in lines[0] and "forward" in lines[0] and len(lines[0]) <= 80
 
 
 def test_the_state_is_plain_and_a_checkpoint_saves_with_it(tmp_path):
