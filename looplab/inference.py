@@ -14,6 +14,7 @@ from torch.utils.data import default_collate
 
 from .engine import _load_optimizer
 from .files import preserved_rng
+from .run_state import optimizer_mismatch
 
 # %% auto #0
 __all__ = ['LearnerInference', 'LearnerFiles']
@@ -54,14 +55,14 @@ def _first(out):
         return {key: _first(o) for key, o in out.items()}
     return out
 
-def _shapes(x):
-    "The shapes of the tensors in `x` (a tensor, a tuple, list or dict of them), without the batch dimension."
+def _shapes(x, dtypes: bool = False):
+    "The shapes of the tensors in `x` (a tensor, a tuple, list or dict of them), without the batch dimension; or their dtypes."
     if isinstance(x, torch.Tensor):
-        return tuple(x.shape[1:])
+        return x.dtype if dtypes else tuple(x.shape[1:])
     if isinstance(x, (tuple, list)):
-        return tuple(_shapes(v) for v in x)
+        return tuple(_shapes(v, dtypes) for v in x)
     if isinstance(x, dict):
-        return {key: _shapes(v) for key, v in x.items()}
+        return {key: _shapes(v, dtypes) for key, v in x.items()}
     return None
 
 # %% ../nbs/04_inference.ipynb #80264e33
@@ -99,27 +100,31 @@ class LearnerInference:
             raise ValueError("get_preds saw no batch: the loader is empty")
         return _cat(preds), _cat(targets)
 
-    def _item_shapes(self):
-        "The input shapes of one item of the data (dls.valid's, else dls.train's), or None when they cannot be read."
+    def _item_input(self):
+        "The input of a batch of the data's items (dls.valid's, else dls.train's), or None when it cannot be read."
         for dl in (self.dls.valid, self.dls.train):
             if hasattr(getattr(dl, "dataset", None), "__getitem__"):
-                return _shapes(self._split(default_collate([dl.dataset[0]]))[0])
+                return self._split(default_collate([dl.dataset[0]]))[0]
             if isinstance(dl, (list, tuple)) and dl:
-                return _shapes(self._split(dl[0])[0])
+                return self._split(dl[0])[0]
         return None
 
     def predict(self, item):
         "The model's output for one `item` (as the dataset gives it, or its input alone), without the batch dimension."
         with self._inference() as model:
-            expected = self._item_shapes()
+            expected = self._item_input()
             if isinstance(item, torch.Tensor):  # the input alone
                 xb = self.engine.sync_device(item[None]) if self.engine.moves_batches else item[None]
             else:
                 xb = self._split(default_collate([item]))[0]
-            if expected is not None and _shapes(xb) != expected:
+            if expected is not None and _shapes(xb) != _shapes(expected):
                 raise ValueError(f"predict takes one item, without the batch dimension: its input has shape "
-                                 f"{_shapes(xb)}, the data's items {expected}; e.g. learn.predict(x[0]) for a batch x, "
-                                 "or learn.predict(dls.valid.dataset[0])")
+                                 f"{_shapes(xb)}, the data's items {_shapes(expected)}; e.g. learn.predict(x[0]) for a "
+                                 "batch x, or learn.predict(dls.valid.dataset[0])")
+            if expected is not None and _shapes(xb, dtypes=True) != _shapes(expected, dtypes=True):
+                raise ValueError(f"predict's input has dtype {_shapes(xb, dtypes=True)}, the data's items "
+                                 f"{_shapes(expected, dtypes=True)}: convert it as the data's are, e.g. "
+                                 "learn.predict(x.float())")
             return _first(_call_model(model, xb))
 
 # %% ../nbs/04_inference.ipynb #dc7ec7f1
@@ -160,6 +165,12 @@ class LearnerFiles:
             if sorted(state["optimizers"]) != sorted(self.opts):
                 raise ValueError(f"{str(path)!r} holds optimizers {sorted(state['optimizers'])}, this learner "
                                  f"{sorted(self.opts)}: create the same ones (learn.opts) before loading")
+            for name, opt in self.opts.items():
+                problem = optimizer_mismatch(opt, state["optimizers"][name])
+                if problem:
+                    raise ValueError(f"{str(path)!r} holds an optimizer state that does not fit learn.opts[{name!r}]: "
+                                     f"{problem}. Build the learner with the same opt_func as the run that was saved, "
+                                     "or load the weights alone (with_opt=False); nothing was loaded")
         model.load_state_dict(saved)
         if with_opt:
             for name, opt in self.opts.items():

@@ -13,7 +13,7 @@ from .callback import Callback
 from .files import rng_state, set_rng_state
 
 # %% auto #0
-__all__ = ['learner_state', 'unsaved_callback_tensors', 'load_learner_state']
+__all__ = ['learner_state', 'unsaved_callback_tensors', 'load_learner_state', 'optimizer_mismatch']
 
 # %% ../nbs/03d_run_state.ipynb #c5a749c3
 def learner_state(learn, warn: bool = True) -> dict:
@@ -124,6 +124,25 @@ def load_learner_state(learn, state: dict, now: bool = False) -> None:
     else:
         learn.resume_at(loop["epoch"], loop["iter"], restore)
 
+# %% ../nbs/03d_run_state.ipynb #4859f9d2
+_GENERIC = {"params", "foreach", "maximize", "capturable", "differentiable", "fused", "initial_lr",
+            "decoupled_weight_decay"}  # any optimizer's, or added by a scheduler or a newer torch
+
+def optimizer_mismatch(optimizer, state: dict) -> str | None:
+    "Why `state`, an optimizer's `state_dict()`, does not fit `optimizer` (another kind, other groups), or None."
+    saved = state.get("param_groups", []) if isinstance(state, dict) else []
+    if len(saved) != len(optimizer.param_groups):
+        return (f"{len(saved)} parameter group(s) were saved, and {type(optimizer).__name__} here has "
+                f"{len(optimizer.param_groups)}")
+    for i, (mine, theirs) in enumerate(zip(optimizer.param_groups, saved)):
+        if len(mine["params"]) != len(theirs["params"]):
+            return (f"group {i} was saved with {len(theirs['params'])} parameters, and has "
+                    f"{len(mine['params'])} here")
+        if set(mine) - _GENERIC != set(theirs) - _GENERIC:
+            return (f"the saved optimizer has the settings {sorted(set(theirs) - _GENERIC)}, another kind than "
+                    f"{type(optimizer).__name__} here ({sorted(set(mine) - _GENERIC)})")
+    return None
+
 # %% ../nbs/03d_run_state.ipynb #94502cc1
 def _check_fits(learn, state: dict, now: bool = False) -> None:
     "Raise a ValueError naming the first part of `state` that does not fit `learn`; change nothing."
@@ -136,6 +155,11 @@ def _check_fits(learn, state: dict, now: bool = False) -> None:
     if sorted(state["optimizers"]) != names and not (now and not state["optimizers"]):
         raise ValueError(f"the state has optimizers {sorted(state['optimizers'])} but this learner has "
                          f"{names}: create the same optimizers (learn.opts) before loading")
+    for name, opt in learn.opts.items():
+        problem = optimizer_mismatch(opt, state["optimizers"].get(name, {}))
+        if problem and not (now and not state["optimizers"]):
+            raise ValueError(f"the saved learn.opts[{name!r}] does not fit this learner's: {problem}; build the learner "
+                             "with the same opt_func as the run that was saved")
     epoch, batch = state["loop"]["epoch"], state["loop"]["iter"]
     if batch and not now and not learn.can_start_mid_epoch:
         raise ValueError(f"this state was taken in the middle of epoch {epoch} (after batch {batch}), but dls.train "

@@ -67,13 +67,14 @@ def make_learner(dls=None, opt_func=torch.optim.SGD, lr=0.1, **kwargs):
     return learn
 
 
-def digits_learner(make_model, seed: int, bs: int = 64, data_seed: int = 42, lr: float = 0.1, momentum: float = 0.9,
+def digits_learner(make_model, seed: int, bs: int = 64, data_seed: int = 42, lr: float = 0.1, opt_func=None,
                    progress: bool = False, **kwargs) -> Learner:
-    "A learner on the digits: `make_model()` built after `set_seed(seed)`, SGD with `momentum`, silent by default."
+    "A learner on the digits: `make_model()` built after `set_seed(seed)`, SGD with momentum 0.9 unless told, silent."
     set_seed(seed)
     model = make_model()
     dls = DataLoaders.from_tensors(*load_digits(), bs=bs, seed=data_seed)
-    return Learner(model, dls, lr=lr, opt_func=partial(torch.optim.SGD, momentum=momentum), progress=progress, **kwargs)
+    opt_func = partial(torch.optim.SGD, momentum=0.9) if opt_func is None else opt_func
+    return Learner(model, dls, lr=lr, opt_func=opt_func, progress=progress, **kwargs)
 
 
 def find_cb(learn, cls):

@@ -1,13 +1,14 @@
 """The calls fastai users reach for after training: `get_preds`, `predict`, `save` and `load` (notebook 04_learner).
 `get_preds` returns the model's own outputs and leaves the training state alone, bit for bit; `save`/`load` carry
 the weights (and, if asked, the optimizers) and refuse another model's file before changing anything."""
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import digits_learner
 from looplab.callback import Callback
-from looplab.checkpoint import CheckpointError, save_checkpoint
+from looplab.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from looplab.checks import refuses
 from looplab.data import DataLoaders, load_digits
 from looplab.learner import Learner, set_seed
@@ -222,3 +223,31 @@ def test_get_preds_through_an_autocast_engine():
         own = torch.cat([learn.model(xb) for xb, _ in learn.dls.valid])
     assert own.dtype == torch.bfloat16 and torch.equal(preds, own.float())
     assert learn.predict(learn.dls.valid.dataset[0]).dtype == torch.float32
+
+
+@pytest.mark.parametrize("saved_opt, loading_opt", [("sgd", "adam"), ("adam", "sgd")])
+def test_load_refuses_another_kind_of_optimizer_before_changing_anything(tmp_path, saved_opt, loading_opt):
+    opts = {"sgd": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9), "adam": torch.optim.Adam}
+    saved = learner(opt_func=opts[saved_opt])
+    saved.fit(1)
+    path = saved.save(tmp_path / "w.pt", with_opt=True)
+    other = learner(opt_func=opts[loading_opt])
+    other.fit(1)
+    before, opt_before = weights(other), other.opt.state_dict()
+    with pytest.raises(ValueError, match="another kind than .*nothing was loaded"):
+        other.load(path, with_opt=True)
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(other)))
+    assert other.opt.state_dict()["param_groups"] == opt_before["param_groups"]
+    other.fit(1)  # and it still trains
+    ckpt = tmp_path / "run.pt"
+    save_checkpoint(saved, ckpt)
+    with pytest.raises(CheckpointError, match="another kind than .*nothing was loaded"):
+        load_checkpoint(other, ckpt)
+
+
+def test_predict_refuses_another_dtype_with_the_fix():
+    learn = learner()
+    x = learn.dls.valid.dataset.tensors[0][0]
+    with pytest.raises(ValueError, match=r"dtype torch.float64.*torch.float32.*x.float\(\)"):
+        learn.predict(x.double())
+    assert learn.predict(x).shape == (10,)
