@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 import time
 
 from .callback import Callback
@@ -149,10 +150,10 @@ class ProgressLine:
         self._width = 0
 
     def finish(self, text: str, key=None) -> None:
-        "Write `text` as a finished line (cut to the width), and drop `key`'s part of the progress line."
+        "Write `text` as finished lines, wrapped at the width (nothing cut), and drop `key`'s part of the progress line."
         self.clear()
         self.parts.pop(key, None)
-        print(_fit(text, self.columns), file=self._out(), flush=True)
+        print(textwrap.fill(text, self.columns, subsequent_indent="  "), file=self._out(), flush=True)
 
 def _fit(text: str, width: int) -> str:
     "`text`, cut to `width` characters with an ellipsis if longer."

@@ -280,10 +280,12 @@ def test_a_failing_draw_never_stops_training(monkeypatch):
     assert hooks_left(learn.model) == 0
 
 
-def test_text_mode_prints_one_line_at_the_end():
+def test_text_mode_prints_one_summary_at_the_end_wrapped_at_80_columns():
     out = io.StringIO()
     learn = learner()
     learn.fit(2, cbs=ActivationPlot(mode="text", file=out))
     lines = out.getvalue().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ActivationPlot: 6 training batches; share with |a| < 0.05")
-    assert "1 Conv1d" in lines[0] and "8 Linear" in lines[0]
+    text = " ".join(out.getvalue().split())  # the summary, its wrapped lines joined: nothing is cut
+    assert all(len(line) <= 80 for line in lines) and text.count("ActivationPlot:") == 1
+    assert text.startswith("ActivationPlot: 6 training batches; share with |a| < 0.05")
+    assert "1 Conv1d" in text and "8 Linear" in text
