@@ -76,7 +76,10 @@ def _home_of(name: str):
     from looplab._modidx import d
     indexed = [module for module, names in d["syms"].items() if f"{module}.{name}" in names]
     for module in [*indexed, *d["syms"]]:  # a constant is in no index: each module is asked in turn
-        found = importlib.import_module(module)
+        try:
+            found = importlib.import_module(module)
+        except ImportError:  # a module this torch cannot import (looplab.fsdp before torch 2.6) holds no name for it
+            continue
         if name in getattr(found, "__all__", ()):
             return found
     return None

@@ -14,8 +14,12 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
+try:  # FSDP2's public home, from torch 2.6; before it, only a private module held it
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import DTensor
+except ImportError as e:
+    raise ImportError(f"looplab.fsdp needs FSDP2's public API, torch>=2.6; this is torch {torch.__version__} ({e}): "
+                      "upgrade torch to shard, or train with DistributedDataParallelEngine") from e
 
 from .engine import Engine
 from .engines import DistributedDataParallelEngine, shard_dls

@@ -5,6 +5,12 @@ from pathlib import Path
 import pytest
 import torch
 
+import torch.distributed.fsdp
+
+if not hasattr(torch.distributed.fsdp, "fully_shard"):  # the floor run's torch 2.4 has FSDP2 only privately
+    pytest.skip(f"looplab.fsdp needs FSDP2's public API, torch>=2.6; this is torch {torch.__version__}",
+                allow_module_level=True)
+
 import fsdp_workers as w
 from looplab.distributed import WorkerError, launch
 from looplab.engine import DeviceEngine

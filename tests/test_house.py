@@ -60,7 +60,11 @@ def test_every_public_name_is_served_by_the_one_import():
     import looplab
     homes = {}
     for name in MODULES:
-        module = importlib.import_module(f"looplab.{name}")
+        try:
+            module = importlib.import_module(f"looplab.{name}")
+        except ImportError as e:  # looplab.fsdp before torch 2.6: it says so itself
+            assert name == "fsdp" and "torch>=2.6" in str(e), e
+            continue
         for public in getattr(module, "__all__", ()):
             homes.setdefault(public, []).append(getattr(module, public))
     for public, objects in sorted(homes.items()):
