@@ -22,8 +22,7 @@ from .gan_panels import GANAxes
 from .learner import _length
 from .recorder import _over_ranks
 from .metrics import MeanReducer
-from .loss_plot import FitProgress
-from .widgets import _grown_limits
+from .widgets import LivePlot, _grown_limits
 
 # %% auto #0
 __all__ = ['GAN_COLUMNS', 'SCORE_COLUMNS', 'DCGANTrainer', 'TrainingMean', 'GANColumns', 'digit_grid', 'GANPlot']
@@ -152,8 +151,8 @@ def _grow_loss_axes(panels: GANAxes, ylim: tuple[float, float] | None, x_end: in
     return ylim, x_end
 
 # %% ../nbs/10b_gan_images.ipynb #fd88ce32
-class GANPlot(FitProgress):
-    "Live plot of the generator's and the critic's losses, and of samples from fixed noise, with a progress bar and the time left."
+class GANPlot(LivePlot):
+    "Live plot of the generator's and the critic's losses, and of samples from fixed noise."
     order = 85  # after the trainer and the switcher recorded the batch
     empty_hint = "train with learn.fit(..., cbs=gan_plot) first"
 

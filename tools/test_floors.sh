@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The floor run: looplab at the oldest versions settings.ini declares — Python, torch, numpy, matplotlib and ipywidgets,
 # every floor at once — in a virtual environment of its own (.venv-floor): the unit tests (pytest, without the
-# browser tests and the whole tour, which need the development tools) and the README's quick start.
+# browser tests, the live-kernel frame counts and the whole tour, which need the development tools) and the
+# README's quick start.
 # FLOOR_PYTHON names the interpreter to use; by default the first of python3.X (X from min_python) and pyenv's
 # versions of it that runs.
 set -euo pipefail
@@ -55,4 +56,5 @@ rm -f "$snippet"
 
 echo "-- the unit tests"
 MPLBACKEND=Agg "$VENV/bin/python" -m pytest tests -q -m "not browser" -p no:cacheprovider \
-  --ignore=tests/test_tour_outputs.py --ignore=tests/test_book.py --ignore=tests/test_browser.py "$@"
+  --ignore=tests/test_tour_outputs.py --ignore=tests/test_book.py --ignore=tests/test_browser.py \
+  --ignore=tests/test_live_kernel.py "$@"
