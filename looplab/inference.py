@@ -123,8 +123,7 @@ class LearnerInference:
                                  "batch x, or learn.predict(dls.valid.dataset[0])")
             if expected is not None and _shapes(xb, dtypes=True) != _shapes(expected, dtypes=True):
                 raise ValueError(f"predict's input has dtype {_shapes(xb, dtypes=True)}, the data's items "
-                                 f"{_shapes(expected, dtypes=True)}: convert it as the data's are, e.g. "
-                                 "learn.predict(x.float())")
+                                 f"{_shapes(expected, dtypes=True)}: convert it, e.g. learn.predict(x.float())")
             return _first(_call_model(model, xb))
 
 # %% ../nbs/04_inference.ipynb #dc7ec7f1
@@ -169,8 +168,7 @@ class LearnerFiles:
                 problem = optimizer_mismatch(opt, state["optimizers"][name])
                 if problem:
                     raise ValueError(f"{str(path)!r} holds an optimizer state that does not fit learn.opts[{name!r}]: "
-                                     f"{problem}. Build the learner with the same opt_func as the run that was saved, "
-                                     "or load the weights alone (with_opt=False); nothing was loaded")
+                                     f"{problem}. Build the learner with the saved run's opt_func; nothing was loaded")
         model.load_state_dict(saved)
         if with_opt:
             for name, opt in self.opts.items():
