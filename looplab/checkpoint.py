@@ -32,6 +32,11 @@ def _check_can_resume_mid_epoch(learn, what: str) -> None:
 def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> Path:
     "Write `learner_state(learn)` to `path` (on the master process only); the file it replaces becomes `path.prev`."
     path = _as_path(path)
+    if learn._mid_batch:
+        raise ValueError(f"save_checkpoint refuses to write {str(path)!r} in the middle of training batch {learn.iter} "
+                         f"of epoch {learn.epoch}: its step and zero_grad have not all run, so a run resumed from the "
+                         "file would differ from this one. Save between batches: in on_batch_end, on_epoch_begin or "
+                         "on_epoch_end, or after fit (as the Checkpoint callback does)")
     epoch, batch = learn.position
     if batch:
         _check_can_resume_mid_epoch(learn, f"save_checkpoint refuses to write {str(path)!r} after batch {batch} of "
@@ -43,6 +48,11 @@ def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> P
 def load_checkpoint(learn, path: str | os.PathLike) -> dict:
     "Load `path` into `learn`, so that its next `fit` continues exactly; return the header, with `resumes_at`."
     path = _as_path(path)
+    if learn._where != "idle":
+        raise RuntimeError(f"load_checkpoint({str(path)!r}) was called while the learner runs (in its {learn._where} "
+                           "part, from a callback): the loop would go on from where it stands, not from the file. "
+                           "Load before fit or after it returns; to end a fit and continue from a file, raise "
+                           "CancelFitException in the callback, then call load_checkpoint and fit")
     ckpt = learn.engine.read_checkpoint(path)  # the engine's file: a sharded engine reads its shards when loading
     if "loop" not in ckpt["state"]:  # what learn.save writes: weights (and optimizers), no position in a run
         raise CheckpointError(f"{str(path)!r} holds weights saved by learn.save, not a whole run to resume: load "

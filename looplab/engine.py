@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
 
-from .files import read_checkpoint, write_checkpoint
+from .files import _writable_path, atomic_save, read_checkpoint, read_weights, write_checkpoint
 
 # %% auto #0
 __all__ = ['available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'needs_closure', 'step_closure',
@@ -133,6 +134,26 @@ class Engine(EngineBase):
         "Read and verify the checkpoint at `path` (every process can), on the CPU."
         return self.read_checkpoint(path)["state"]
 
+    def model_state_dict(self, model: nn.Module) -> dict:
+        "The unwrapped model's whole `state_dict`, as a plain torch script saves it (every process calls this)."
+        return self.unwrap_model(model).state_dict()
+
+    def load_model_state_dict(self, model: nn.Module, state_dict: dict) -> None:
+        "Load a whole `state_dict` into the unwrapped model."
+        self.unwrap_model(model).load_state_dict(state_dict)
+
+    def save_weights(self, weights: dict, path) -> Path:
+        "Write `weights` (a plain file: `03c_files`) atomically, on the master only; every process waits for it."
+        path = _writable_path(path)  # a bad path is refused on every process alike
+        if self.is_master_process:
+            atomic_save(weights, path)
+        self.sync_tensor(torch.zeros(1), "sum")  # a collective: under DDP no process goes on before the file exists
+        return path
+
+    def read_weights(self, path) -> dict:
+        "The weights file (or checkpoint) at `path` as `{'model': ..., 'optimizers'?: ...}`, on the CPU."
+        return read_weights(path)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={str(self.device)!r})"
 
@@ -191,7 +212,7 @@ class DeviceEngine(Engine):
         if closure is None:
             optimizer.step()
         else:
-            optimizer.step(step_closure(loss, closure, clip_fn, optimizer, self.sync_tensor))
+            optimizer.step(closure=step_closure(loss, closure, clip_fn, optimizer, self.sync_tensor))
         return True
 
     def zero_grad(self, loss, model: nn.Module, optimizer) -> None:

@@ -70,6 +70,17 @@ _CARRIED_STATE = ("\nIf the missing argument is a state carried from batch to ba
                   "forward(x, hidden)), the CarryState callback feeds it: Learner(..., cbs=CarryState()), from "
                   "looplab.stateful (notebook 08c), with forward(self, x, hidden=None) returning (preds, new_hidden). "
                   "If it is a second input, make each batch (x1, x2, y)")
+_EXTRA_PARTS = ("\nThe batch has more than two parts, and the batch rule reads (x1, ..., xk, y): every part but the "
+                "last is an input. If some are not inputs (sample weights, ids), say which parts are: "
+                "Learner(..., split_batch=lambda batch: (batch[0], batch[1]))")
+
+def _model_hint(x, e: Exception) -> str:
+    "The usual cause of the model's failure `e` on inputs `x`, or ''."
+    if "required positional argument" in str(e):
+        return _CARRIED_STATE
+    if type(x) is tuple and "positional argument" in str(e):
+        return _EXTRA_PARTS
+    return ""
 
 def _checked_call(learn, what: str, fn: Callable, x, preds=_MODEL):
     "`fn(x)` for the model, `fn(preds, x)` for the loss, `x` spread if a tuple or dict; an error names the batch and shapes."
@@ -82,7 +93,7 @@ def _checked_call(learn, what: str, fn: Callable, x, preds=_MODEL):
             out = fn(x) if preds is _MODEL else fn(preds, x)
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
         given = f"xb {_shape(x)}" if preds is _MODEL else f"preds {_shape(preds)}"
-        hint = _CARRIED_STATE if preds is _MODEL and "required positional argument" in str(e) else ""
+        hint = _model_hint(x, e) if preds is _MODEL else ""
         raise _reworded(e, f"{what} failed on {_where(learn)} ({given}, yb {_shape(learn.yb)}): {e}{hint}") from e
     if preds is not _MODEL and getattr(out, "ndim", None) != 0:
         raise ValueError(f"loss_func must return a scalar tensor, got {_shape(out)} on {_where(learn)}; "

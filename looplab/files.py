@@ -5,11 +5,15 @@
 # %% ../nbs/03c_files.ipynb #9e383cea
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import pickle
 import random
 import re
+import shutil
+import stat
+import warnings
 from collections import OrderedDict
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -22,7 +26,7 @@ from . import __version__
 
 # %% auto #0
 __all__ = ['FORMAT', 'FORMAT_VERSION', 'rng_state', 'set_rng_state', 'preserved_rng', 'atomic_save', 'state_digest',
-           'CheckpointError', 'write_checkpoint', 'read_checkpoint']
+           'CheckpointError', 'write_checkpoint', 'read_checkpoint', 'read_weights']
 
 # %% ../nbs/03c_files.ipynb #a445c3cf
 def rng_state() -> dict:
@@ -60,30 +64,68 @@ def preserved_rng():
         set_rng_state(state)
 
 # %% ../nbs/03c_files.ipynb #beca4248
-def atomic_save(obj, path: str | os.PathLike) -> None:
+def atomic_save(obj, path: str | os.PathLike) -> Path:
     "`torch.save(obj)` to `path` so that `path` holds its old content or all of the new one, whenever the process dies."
-    path = _as_path(path)
+    path = _writable_path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
+            try:
+                torch.save(obj, f)
+            except RuntimeError as e:  # torch reports a failed write (a full disk) as "[enforce fail ...]"
+                if isinstance(e.__context__, OSError):
+                    raise _write_error(path, e.__context__) from e
+                raise
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise _write_error(path, e) from e
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+    return path
 
 # %% ../nbs/03c_files.ipynb #359bbf7b
 def _as_path(path) -> Path:
-    "`path` as a `Path` to a file (which need not exist yet); a TypeError or ValueError says what is wrong."
+    "`path` as a `Path` to a file (which need not exist yet), `~` expanded; a TypeError or ValueError says what is wrong."
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {path!r} of type {type(path).__name__}")
-    path = Path(path)
+    path = Path(path).expanduser()
     if path.is_dir():
         raise ValueError(f"path={str(path)!r} is a directory; give a file name, e.g. {str(path / 'ckpt.pt')!r}")
     return path
+
+def _writable_path(path) -> Path:
+    "`_as_path(path)`, its folder made; refused if the rename would replace a device, a pipe or a read-only file."
+    path = _as_path(path)
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ValueError(f"{str(path)!r} is not a regular file (a device, a pipe or a socket): saving would replace "
+                         "it with a file; give the name of a file to write, e.g. 'weights.pt'")
+    if mode is not None and (not mode & 0o222 or not os.access(path, os.W_OK)):
+        raise PermissionError(f"{str(path)!r} is read-only (mode {stat.filemode(mode)}), so it is not replaced: "
+                              f"make it writable (chmod u+w {str(path)!r}) or save under another name")
+    folder = next(p for p in path.absolute().parents if p.exists())  # the nearest that exists
+    if not folder.is_dir():
+        raise NotADirectoryError(f"cannot save to {str(path)!r}: {str(folder)!r} is a file, not a folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+def _write_error(path: Path, e: OSError) -> OSError:
+    "The OSError of a failed write to `path`, saying what it was and what is left: a full disk by name."
+    if e.errno == errno.ENOSPC:
+        free = shutil.disk_usage(path.parent).free
+        return OSError(e.errno, f"the disk is full: {str(path)!r} was not written ({free:,} bytes free in "
+                                f"{str(path.parent)!r}); free some space or save elsewhere; the file that had this "
+                                "name, if any, is unchanged")
+    return OSError(e.errno, f"{str(path)!r} was not written ({e.strerror or e}); the file that had this name, if any, "
+                            "is unchanged")
 
 # %% ../nbs/03c_files.ipynb #13f8d106
 def _fsync_dir(directory: Path) -> None:
@@ -154,12 +196,11 @@ FORMAT_VERSION = 1  # incremented when a change of layout makes old readers wron
 # %% ../nbs/03c_files.ipynb #f0c8a46f
 def write_checkpoint(state: dict, path: str | os.PathLike, keep_prev: bool = True) -> Path:
     "Write `state` and a header to `path` atomically; the checkpoint it replaces becomes `path.prev`."
-    path = _as_path(path)
+    path = _writable_path(path)
     header = {"format": FORMAT, "format_version": FORMAT_VERSION, "looplab_version": __version__,
               "torch_version": str(torch.__version__),
               "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "sha256": state_digest(state)}
-    path.parent.mkdir(parents=True, exist_ok=True)
     if keep_prev and path.exists():
         link = path.with_name(path.name + ".prev.tmp")
         link.unlink(missing_ok=True)  # left by a process killed here before
@@ -172,27 +213,82 @@ def write_checkpoint(state: dict, path: str | os.PathLike, keep_prev: bool = Tru
 def read_checkpoint(path: str | os.PathLike) -> dict:
     "Load (`weights_only=True`) and check a checkpoint: `{'header': ..., 'state': ...}`, on the CPU."
     path = _as_path(path)
+    ckpt = _load(path, "checkpoint")
+    if not _is_checkpoint(ckpt):
+        if _weights_of(ckpt) is not None:
+            raise _unreadable(path, "holds a model's weights (what learn.save, SaveBestModel and "
+                                    "torch.save(model.state_dict()) write), not a run to resume: load them with "
+                                    "learn.load(path); save_checkpoint and the Checkpoint callback write runs")
+        raise _unreadable(path, f"is not a looplab checkpoint (no header with format {FORMAT!r}); "
+                                "write checkpoints with save_checkpoint or the Checkpoint callback")
+    return _verified(path, ckpt)
+
+# %% ../nbs/03c_files.ipynb #3d2ab270
+def _load(path: Path, what: str):
+    "`torch.load(path, weights_only=True)` on the CPU; a FileNotFoundError, PermissionError or CheckpointError says why not."
     if not path.is_file():
         prev = _prev(path)
         hint = f"; the previous checkpoint {str(prev)!r} exists" if prev.is_file() else ""
-        raise FileNotFoundError(f"no checkpoint at {str(path)!r}{hint}")
+        raise FileNotFoundError(f"no {what} at {str(path)!r}{hint}")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's note on a pickle protocol it did not write: the error below says more
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
-        if found:
-            raise _unreadable(path, f"refers to the Python object {found.group(1)}: only the full unpickler "
-                                    "(weights_only=False) would build it, and that can run code from the file; "
-                                    f"looplab checkpoints hold only {_PLAIN}, so this file is refused") from e
-        detail = str(e).partition("WeightsUnpickler error:")[2].strip().split("\n")[0] or str(e)
-        raise _unreadable(path, f"is damaged (UnpicklingError: {detail})") from e
+        with open(path, "rb") as f:
+            pickled = f.read(1) == b"\x80"  # pickle's PROTO opcode: a pickle.dump file, not a zip archive
+        raise _unreadable(path, _refusal(str(e), pickled), what) from e
+    except PermissionError as e:
+        raise PermissionError(f"{what} {str(path)!r} cannot be read ({e.strerror}): give this user read access "
+                              f"(chmod u+r {str(path)!r})") from e
     except Exception as e:  # a truncated or overwritten file fails in many ways: zip, EOF, decoding errors
+        if path.stat().st_size == 0:
+            raise _unreadable(path, "is empty (0 bytes): the write that made it never finished", what) from e
         first_line = str(e).splitlines()[0] if str(e) else "no message"
-        raise _unreadable(path, f"is truncated or damaged ({type(e).__name__}: {first_line})") from e
-    header = ckpt.get("header") if isinstance(ckpt, dict) else None
-    if not isinstance(header, dict) or header.get("format") != FORMAT or "state" not in ckpt:
-        raise _unreadable(path, f"is not a looplab checkpoint (no header with format {FORMAT!r}); "
-                                "write checkpoints with save_checkpoint or the Checkpoint callback")
+        raise _unreadable(path, f"is truncated or damaged, or was not written by torch.save ({type(e).__name__}: "
+                                f"{first_line})", what) from e
+
+def _refusal(message: str, pickled: bool) -> str:
+    "What the restricted unpickler's `message` means for the file, in one sentence, without torch's boilerplate."
+    found = re.search(r"GLOBAL (\S+)", message)
+    if found:
+        return (f"refers to the Python object {found.group(1)}, which only the full unpickler would build, and "
+                f"building it can run code from the file: it is refused (looplab's files hold only {_PLAIN}; "
+                "read it with torch.load(path, weights_only=False) only if you wrote it yourself)")
+    operand = re.search(r"Unsupported operand (\d+)", message)
+    if operand and not pickled:
+        return ("is truncated or damaged, or was not written by torch.save: it is neither a zip archive nor a "
+                "pickle")
+    if operand:
+        return (f"uses pickle instruction {operand.group(1)}, which the restricted unpickler does not read: it was "
+                "written by pickle.dump, not torch.save, and is refused; save tensors with torch.save")
+    boilerplate = ("weights only load failed", "weights_only", "check the documentation", "weightsunpickler error:")
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    detail = next((line for line in lines if not any(b in line.lower() for b in boilerplate)), lines[-1] if lines else "")
+    return f"cannot be read by the restricted unpickler ({detail}): it is refused"
+
+# %% ../nbs/03c_files.ipynb #531917d4
+def _is_checkpoint(obj) -> bool:
+    "Whether `obj`, as loaded, is a looplab checkpoint: a dict with a looplab header and a state."
+    header = obj.get("header") if isinstance(obj, dict) else None
+    return isinstance(header, dict) and header.get("format") == FORMAT and "state" in obj
+
+def _is_state_dict(obj) -> bool:
+    "Whether `obj` is a model's `state_dict`: a dict of names to tensors."
+    return isinstance(obj, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
+
+def _weights_of(obj) -> dict | None:
+    "`{'model': state_dict, ...}` from a plain `state_dict` or a dict with one under `'model'`; None for anything else."
+    if _is_state_dict(obj):
+        return {"model": obj}
+    if isinstance(obj, dict) and "model" in obj and _is_state_dict(obj["model"]):
+        return obj
+    return None
+
+# %% ../nbs/03c_files.ipynb #a0c326b8
+def _verified(path: Path, ckpt: dict) -> dict:
+    "`ckpt` (a loaded checkpoint) once its format version and SHA-256 digest are checked."
+    header = ckpt["header"]
     version = header.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise _unreadable(path, f"has format_version {version!r}, written by looplab "
@@ -207,8 +303,26 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     return ckpt
 
 # %% ../nbs/03c_files.ipynb #530b4080
-def _unreadable(path: Path, problem: str) -> CheckpointError:
-    "A CheckpointError for `path`, pointing to the previous checkpoint when there is one."
+def _unreadable(path: Path, problem: str, what: str = "checkpoint") -> CheckpointError:
+    "A CheckpointError for `path` (a `what`), pointing to the previous checkpoint when there is one."
     prev = _prev(path)
     hint = f"; the previous checkpoint {str(prev)!r} is there to fall back on" if prev.is_file() else ""
-    return CheckpointError(f"checkpoint {str(path)!r} {problem}{hint}")
+    return CheckpointError(f"{what} {str(path)!r} {problem}{hint}")
+
+# %% ../nbs/03c_files.ipynb #7bb77227
+def read_weights(path: str | os.PathLike) -> dict:
+    "The weights at `path` as `{'model': state_dict}` (with `'optimizers'` if saved): a plain `state_dict`, learn.save's file or a checkpoint."
+    path = _as_path(path)
+    obj = _load(path, "weights file")
+    if _is_checkpoint(obj):
+        state = _verified(path, obj)["state"]
+        if "shards" in state:
+            raise _unreadable(path, f"is a sharded run (FSDPEngine's): its tensors are in the folder "
+                                    f"{state['shards']!r} beside it; resume it with load_checkpoint under FSDPEngine")
+        return state
+    weights = _weights_of(obj)
+    if weights is None:
+        raise _unreadable(path, "holds neither a model's state_dict (names to tensors) nor a dict with one under "
+                                "'model': save weights with torch.save(model.state_dict(), path) or learn.save(path)",
+                          "weights file")
+    return weights

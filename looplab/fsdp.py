@@ -16,7 +16,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 try:  # FSDP2's public home, from torch 2.6; before it, only a private module held it
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor, distribute_tensor
 except ImportError as e:
     raise ImportError(f"looplab.fsdp needs FSDP2's public API, torch>=2.6; this is torch {torch.__version__} ({e}): "
                       "upgrade torch to shard, or train with DistributedDataParallelEngine") from e
@@ -26,8 +26,8 @@ from .engines import DistributedDataParallelEngine, shard_dls
 from .files import _as_path, read_checkpoint, write_checkpoint
 
 # %% auto #0
-__all__ = ['bytes_per_rank', 'default_layers', 'shard_model', 'shard_in_place', 'FSDPEngine', 'split_shards', 'save_sharded',
-           'read_sharded', 'load_shards']
+__all__ = ['bytes_per_rank', 'default_layers', 'shard_model', 'shard_in_place', 'whole_state_dict', 'load_whole_state_dict',
+           'FSDPEngine', 'split_shards', 'save_sharded', 'read_sharded', 'load_shards']
 
 # %% ../nbs/15_fsdp.ipynb #0150f1b6
 def bytes_per_rank(model: nn.Module, optimizers: list) -> dict:
@@ -104,6 +104,18 @@ def _check_valid_batches(dls, world_size: int) -> None:
                          "batches, but under FSDP every forward gathers the parameters from all the ranks, so each "
                          "must run as many: pass DataLoaders.from_tensors another valid_bs")
 
+# %% ../nbs/15_fsdp.ipynb #e2a7eb40
+def whole_state_dict(model: nn.Module) -> dict:
+    "`model.state_dict()` with each DTensor gathered whole, on the CPU (a collective: every rank must call it)."
+    return {k: v.full_tensor().cpu() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()}
+
+def load_whole_state_dict(model: nn.Module, state_dict: dict) -> None:
+    "Load whole tensors into `model`: into a sharded one, each rank keeps the rows of its own shard."
+    mine = model.state_dict()
+    state_dict = {k: distribute_tensor(v.to(mine[k].device), mine[k].device_mesh, mine[k].placements)
+                  if isinstance(mine.get(k), DTensor) else v for k, v in state_dict.items()}
+    model.load_state_dict(state_dict)
+
 # %% ../nbs/15_fsdp.ipynb #ca60f19b
 class FSDPEngine(DistributedDataParallelEngine):
     "Each rank holds a shard of every parameter, gradient and optimizer state (`fully_shard`); checkpoints in shards."
@@ -166,6 +178,22 @@ class FSDPEngine(DistributedDataParallelEngine):
     def read_checkpoint(self, path) -> dict:
         "The checkpoint file at `path`, verified; its shards stay on disk until `unpack_checkpoint` reads them."
         return read_sharded(path)
+
+    def model_state_dict(self, model: nn.Module) -> dict:
+        "The whole weights, each gathered from its shards: what `learn.save` writes (every rank calls it)."
+        return whole_state_dict(self.unwrap_model(model))
+
+    def load_model_state_dict(self, model: nn.Module, state_dict: dict) -> None:
+        "Whole weights into the model; once it is sharded, each rank keeps its own rows of each."
+        load_whole_state_dict(self.unwrap_model(model), state_dict)
+
+    def save_weights(self, weights: dict, path) -> Path:
+        "`learn.save`'s file, written by rank 0; the optimizers' sharded state is refused (a checkpoint holds it)."
+        if "optimizers" in weights:
+            raise ValueError("learn.save(path, with_opt=True) under FSDPEngine: each rank holds a shard of the "
+                             "optimizers' state; save_checkpoint(learn, path) writes it in shards, and "
+                             "learn.save(path) the whole weights")
+        return super().save_weights(weights, path)
 
 # %% ../nbs/15_fsdp.ipynb #4e5bb670
 _SHARD = "looplab.dcp"  # the key of a placeholder: this tensor is in the checkpoint's DCP folder

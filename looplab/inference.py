@@ -10,9 +10,11 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.utils.data import default_collate
+from torch.utils.data import IterableDataset, default_collate
 
+from .data import _shape
 from .engine import _load_optimizer
+from .errors import _model_hint, _reworded
 from .files import preserved_rng
 from .run_state import optimizer_mismatch
 
@@ -27,6 +29,13 @@ def _call_model(model: nn.Module, xb):
     if isinstance(xb, dict):
         return model(**xb)
     return model(xb)
+
+def _called(model: nn.Module, xb, where: str):
+    "`_call_model(model, xb)`; a failure names `where` and the inputs' shapes, and its usual cause."
+    try:
+        return _call_model(model, xb)
+    except (RuntimeError, ValueError, TypeError, IndexError) as e:
+        raise _reworded(e, f"the model failed on {where} (xb {_shape(xb)}): {e}{_model_hint(xb, e)}") from e
 
 def _as_float32(t: torch.Tensor) -> torch.Tensor:
     "A float16 or bfloat16 output of an autocast engine as float32 (as fastai gives it); other tensors as they are."
@@ -92,9 +101,9 @@ class LearnerInference:
             raise ValueError("get_preds has no data: dls.valid is None and no dl was given; pass get_preds(dl=loader)")
         preds, targets = [], []
         with self._inference() as model:
-            for batch in dl:
+            for i, batch in enumerate(dl):
                 xb, yb = self._split(batch)
-                preds.append(_call_model(model, xb))
+                preds.append(_called(model, xb, f"batch {i} of the loader"))
                 targets.append(yb)
         if not preds:
             raise ValueError("get_preds saw no batch: the loader is empty")
@@ -103,8 +112,9 @@ class LearnerInference:
     def _item_input(self):
         "The input of a batch of the data's items (dls.valid's, else dls.train's), or None when it cannot be read."
         for dl in (self.dls.valid, self.dls.train):
-            if hasattr(getattr(dl, "dataset", None), "__getitem__"):
-                return self._split(default_collate([dl.dataset[0]]))[0]
+            dataset = getattr(dl, "dataset", None)
+            if hasattr(dataset, "__getitem__") and not isinstance(dataset, IterableDataset):  # a stream has no [0]
+                return self._split(default_collate([dataset[0]]))[0]
             if isinstance(dl, (list, tuple)) and dl:
                 return self._split(dl[0])[0]
         return None
@@ -124,27 +134,43 @@ class LearnerInference:
             if expected is not None and _shapes(xb, dtypes=True) != _shapes(expected, dtypes=True):
                 raise ValueError(f"predict's input has dtype {_shapes(xb, dtypes=True)}, the data's items "
                                  f"{_shapes(expected, dtypes=True)}: convert it, e.g. learn.predict(x.float())")
-            return _first(_call_model(model, xb))
+            return _first(_called(model, xb, "the item"))
+
+# %% ../nbs/04_inference.ipynb #b8bf026f
+def _check_saved_optimizers(learn, path, state: dict) -> None:
+    "Refuse, before anything is loaded, optimizer states in `state` that `learn`'s optimizers cannot take."
+    if "optimizers" not in state:
+        fastai = " (its 'opt' is fastai's own optimizer format)" if "opt" in state else ""
+        raise ValueError(f"{str(path)!r} holds no optimizer state{fastai}: load it with with_opt=False, or save "
+                         "with learn.save(path, with_opt=True)")
+    if not learn.opts:
+        learn.create_opt()
+    if sorted(state["optimizers"]) != sorted(learn.opts):
+        raise ValueError(f"{str(path)!r} holds optimizers {sorted(state['optimizers'])}, this learner "
+                         f"{sorted(learn.opts)}: create the same ones (learn.opts) before loading")
+    for name, opt in learn.opts.items():
+        problem = optimizer_mismatch(opt, state["optimizers"][name])
+        if problem:
+            raise ValueError(f"{str(path)!r} holds an optimizer state that does not fit learn.opts[{name!r}]: "
+                             f"{problem}. Build the learner with the saved run's opt_func; nothing was loaded")
 
 # %% ../nbs/04_inference.ipynb #dc7ec7f1
 class LearnerFiles:
     "Fastai's weights files for a learner: `save` and `load` the model's weights, and the optimizers' state if asked."
     def save(self, path, with_opt: bool = False) -> Path:
-        "Write the model's weights (and every optimizer's state if `with_opt`) to `path` atomically; return the path."
+        "Write the model's `state_dict` to `path` atomically (with every optimizer's, as `{'model', 'optimizers'}`, if `with_opt`)."
         if with_opt and not self.opts:
             raise ValueError("save(path, with_opt=True): this learner has no optimizer yet (they are made at the "
                              "first fit, or by learn.create_opt()); fit first, or save with with_opt=False")
-        state = {"model": self.engine.unwrap_model(self.model).state_dict()}
+        weights = self.engine.model_state_dict(self.model)
         if with_opt:
-            state["optimizers"] = {name: opt.state_dict() for name, opt in self.opts.items()}
-        self.engine.save_checkpoint(state, path, keep_prev=False)  # the master writes; under DDP every rank waits for it
-        return Path(path)
+            weights = {"model": weights, "optimizers": {name: opt.state_dict() for name, opt in self.opts.items()}}
+        return self.engine.save_weights(weights, path)  # the master writes; under DDP every rank waits for it
 
     def load(self, path, with_opt: bool = False) -> None:
-        "Load the weights saved at `path` (by `save` or a checkpoint), and the optimizers' state if `with_opt`."
-        state = self.engine.load_checkpoint(path)
-        model = self.engine.unwrap_model(self.model)
-        mine, saved = model.state_dict(), state["model"]
+        "Load the weights at `path` (a `state_dict` file, `save`'s, or a checkpoint's), and the optimizers' state if `with_opt`."
+        state = self.engine.read_weights(path)
+        mine, saved = self.engine.unwrap_model(self.model).state_dict(), state["model"]
         missing = [key for key in mine if key not in saved]
         unexpected = [key for key in saved if key not in mine]
         shapes = [f"{key} {tuple(saved[key].shape)} (this model's {tuple(mine[key].shape)})"
@@ -156,20 +182,8 @@ class LearnerFiles:
             raise ValueError(f"{str(path)!r} holds the weights of another model; {'; '.join(found)}. Build the "
                              "same model (the same layers and sizes) as the one that was saved; nothing was loaded")
         if with_opt:
-            if "optimizers" not in state:
-                raise ValueError(f"{str(path)!r} holds no optimizer state (saved with with_opt=False): "
-                                 "load it with with_opt=False, or save with learn.save(path, with_opt=True)")
-            if not self.opts:
-                self.create_opt()
-            if sorted(state["optimizers"]) != sorted(self.opts):
-                raise ValueError(f"{str(path)!r} holds optimizers {sorted(state['optimizers'])}, this learner "
-                                 f"{sorted(self.opts)}: create the same ones (learn.opts) before loading")
-            for name, opt in self.opts.items():
-                problem = optimizer_mismatch(opt, state["optimizers"][name])
-                if problem:
-                    raise ValueError(f"{str(path)!r} holds an optimizer state that does not fit learn.opts[{name!r}]: "
-                                     f"{problem}. Build the learner with the saved run's opt_func; nothing was loaded")
-        model.load_state_dict(saved)
+            _check_saved_optimizers(self, path, state)
+        self.engine.load_model_state_dict(self.model, saved)
         if with_opt:
             for name, opt in self.opts.items():
                 _load_optimizer(opt, state["optimizers"][name])

@@ -13,6 +13,8 @@ from itertools import islice
 from typing import Callable
 
 import torch
+import torch._dynamo  # noqa: F401 -- torch.optim imports it when the first optimizer is built (seconds): here, with
+                      # the imports, the first fit's live plot does not wait for it before showing
 from torch import nn
 
 from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
@@ -194,6 +196,7 @@ class LearnerBase:
         self.stopped: str | None = None  # the line that says where an interrupt stopped the last fit
         self._stop_asked = self._cut_short = False  # Stop's state (above): asked during this fit, a batch cut short
         self._done_n_iter = 0  # `n_iter` when the last training batch ended (or the fit began)
+        self._mid_batch = False  # inside a training batch, before its zero_grad: no checkpoint can resume here
         self._where = "idle"  # idle, train, validate or epoch_end: set by the loop as it goes
         self._idle_position = (0, 0)  # where the run stands between fits
         self._train_stop = 0  # training batches of the current epoch, once its training part ended
@@ -311,6 +314,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
                 finally:
                     self._idle_position = self.position
                     self._where = "idle"
+                    self._mid_batch = False  # an interrupt inside a batch is `position`'s to refuse (above)
                     self.cbh.running = ()  # on_train_end closes them all now
                     try:
                         self.cbh("on_train_end")
@@ -380,12 +384,15 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
                 self._do_batch()
 
     def _do_batch(self) -> None:
+        self._mid_batch = self.training
         try:
             self._phase("batch", self._batch)
         except CancelException:
             self._done_n_iter = self.n_iter  # on_batch_cancel ran: the batch is over
+            self._mid_batch = False
             raise
         self._done_n_iter = self.n_iter
+        self._mid_batch = False
         if self._stop_asked:
             raise _Stop()  # between two batches: a position a checkpoint resumes exactly
 
@@ -397,6 +404,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
             self.step_skipped = False
             self._phase("step", self._step)
             self._phase("zero_grad", self._zero_grad)
+            self._mid_batch = False  # on_batch_end sees a finished batch
 
     def _forward(self) -> None:
         if self.training:

@@ -16,6 +16,7 @@ import torch
 
 from .callback import Callback, CancelFitException
 from .checks import check_int, check_number
+from .files import _as_path
 from .learner import set_seed
 from .loss_plot import compare_runs
 
@@ -104,7 +105,7 @@ class SaveBestModel(MonitorCallback):
     def __init__(self, monitor: str = "valid_loss", mode: str = "auto", min_delta: float = 0.0,
                  path: str | Path | None = None):
         super().__init__(monitor, mode, min_delta)
-        self.path = None if path is None else Path(path)
+        self.path = None if path is None else _as_path(path)  # `~` expanded; a folder refused now, not after an epoch
         self.best_epoch = None
         self.weights: dict[str, torch.Tensor] = {}
 
@@ -119,8 +120,8 @@ class SaveBestModel(MonitorCallback):
         self.best_epoch = self.learn.epoch
         model = self.learn.engine.unwrap_model(self.learn.model)
         self.weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        if self.path is not None and self.learn.engine.is_master_process:
-            torch.save(self.weights, self.path)
+        if self.path is not None:  # a plain state_dict, as learn.save writes it (the master writes, all wait)
+            self.learn.engine.save_weights(self.learn.engine.model_state_dict(self.learn.model), self.path)
 
     def on_train_end(self):
         if self.weights:

@@ -118,6 +118,9 @@ class ProgressLine:
     columns = 80  # a terminal's width: no line is longer than this
 
     def __init__(self, file=None):
+        if file is not None and not callable(getattr(file, "write", None)):
+            raise TypeError(f"file must be None (standard output) or an open text file, e.g. sys.stderr or "
+                            f"open('log.txt', 'w'); got {file!r} of type {type(file).__name__}")
         self.file = file  # None means sys.stdout at the time of writing
         self.parts: dict = {}  # writer -> its text: the plots of one fit share the line, each with its part
         self._width = 0  # how many characters the line on screen has

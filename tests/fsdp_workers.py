@@ -155,3 +155,20 @@ def refused(case):
     except ValueError as e:
         return str(e), learn.n_steps
     return None, None
+
+
+def save_and_load_weights(path):
+    "learn.save after a fit under FSDP (the whole weights, for plain torch); learn.load into a fresh FSDP learner and a refusal."
+    learn = digits_learner(FSDPEngine(device="cpu"))
+    learn.fit(1)
+    whole = full_weights(learn.model)
+    learn.save(path)
+    try:
+        learn.save(path.with_name("both.pt"), with_opt=True)
+        refusal = None
+    except ValueError as e:
+        refusal = str(e)
+    fresh = digits_learner(FSDPEngine(device="cpu"))
+    fresh.fit(0)  # sharded, untrained
+    fresh.load(path)
+    return whole, full_weights(fresh.model), refusal

@@ -353,8 +353,11 @@ def test_a_checkpoint_refused_before_loading_says_nothing_was_loaded_and_changes
 
 def test_not_a_checkpoint_and_missing_files(tmp_path):
     torch.save(build_learner().model.state_dict(), tmp_path / "weights.pt")
-    with pytest.raises(CheckpointError, match="weights.pt.*not a looplab checkpoint"):
+    with pytest.raises(CheckpointError, match="weights.pt.*a model's weights.*learn.load"):
         read_checkpoint(tmp_path / "weights.pt")
+    torch.save({"epoch": 3}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="other.pt.*not a looplab checkpoint"):
+        read_checkpoint(tmp_path / "other.pt")
     with pytest.raises(FileNotFoundError, match="nothing.pt"):
         read_checkpoint(tmp_path / "nothing.pt")
     with pytest.raises(ValueError, match="is a directory"):

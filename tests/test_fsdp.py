@@ -98,3 +98,14 @@ def test_what_does_not_make_sense_sharded_is_refused_before_a_step(case, nprocs,
     assert message is not None, f"{case} was not refused"
     assert all(f in message for f in fragments), message
     assert not n_steps
+
+
+def test_learn_save_under_fsdp_writes_the_whole_weights_plain_torch_reads_and_learn_load_shards_back(tmp_path):
+    path = tmp_path / "weights.pt"
+    whole, loaded, refusal = launch(w.save_and_load_weights, nprocs=2, args=(path,))[0]
+    plain = torch.load(path, weights_only=True)  # one file, the whole tensors, no DTensor
+    assert set(plain) == set(whole) and all(torch.equal(plain[k], whole[k]) for k in whole)
+    assert all(torch.equal(loaded[k], whole[k]) for k in whole)  # sharded back into a fresh FSDP learner
+    assert "save_checkpoint" in refusal and "with_opt=True" in refusal
+    model = w.digits_learner(DeviceEngine("cpu")).model
+    model.load_state_dict(plain)  # the obvious line of a plain torch script
