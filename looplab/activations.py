@@ -5,18 +5,22 @@
 # %% ../nbs/07c_activations.ipynb #9bf94a6d
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Callable
 
+import matplotlib
 import numpy as np
 import torch
+from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator
 from torch import nn
 
 from .checks import check_int, check_number
 from .hooks import HookCallback
-from .learner import _length
-from .loss_plot import _frame
-from .widgets import FigurePlot, LivePlot, _hold_batches
+from .loss_plot import FitProgress, _frame
+from .widgets import FigurePlot, _hold_batches, check_figsize
 
 # %% auto #0
 __all__ = ['activation_row', 'ActivationStats', 'ActivationPlot']
@@ -28,55 +32,99 @@ def _output_tensor(module: nn.Module, outputs) -> torch.Tensor:
         outputs = outputs[0]
     if not isinstance(outputs, torch.Tensor):
         raise TypeError(f"ActivationStats hooked {type(module).__name__}, whose output is a {type(outputs).__name__}, "
-                        "not a tensor: select modules whose output is a tensor")
+                        "not a tensor: select modules whose output is a tensor (modules=nn.Conv1d, or a list of them)")
     return outputs
 
 def activation_row(a: torch.Tensor, bins: int, hist_max: float, zero_below: float) -> torch.Tensor:
-    "Mean, std, share of |a| < `zero_below`, then `bins` counts of |a| over [0, `hist_max`] (the last holds all above): one tensor."
-    a = a.detach().float()  # autocast's half-precision outputs too
-    size = a.abs().nan_to_num(nan=hist_max)  # NaN and inf: counted in the last bin, never dropped
-    summary = torch.stack([a.mean(), a.std(correction=0), (size < zero_below).float().mean()])
-    hist = torch.histc(size.clamp(max=hist_max), bins, 0, hist_max)
-    return torch.cat([summary, hist])
+    "Mean, std, share of |a| < `zero_below`, then the share of |a| in each of `bins` bins over [0, `hist_max`] (the last holds all above)."
+    a = a.detach().reshape(-1).float()  # autocast's half-precision outputs too
+    if not a.numel():  # nothing to describe: no mean, no share
+        return torch.cat([torch.full((2,), math.nan, device=a.device), torch.zeros(1 + bins, device=a.device)])
+    size = a.abs().clamp_(max=hist_max).nan_to_num_(nan=hist_max)  # above hist_max, inf and NaN: in the last bin
+    std, mean = torch.std_mean(a, correction=0)
+    near_zero = (size < zero_below).sum(dtype=torch.float32)
+    row = torch.cat([torch.stack([mean, std, near_zero]), torch.histc(size, bins, 0, hist_max)])
+    row[2:] /= a.numel()  # counts to shares: a short batch reads as a full one
+    return row
+
+def _sample_index(numel: int, size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    "`size` positions among `numel`, sorted, drawn once by a generator of their own (seed 0): the same at every call."
+    g = torch.Generator().manual_seed(0)
+    return torch.randperm(numel, generator=g)[:size].sort().values.to(device)
 
 # %% ../nbs/07c_activations.ipynb #c6d264d1
 class _ActivationRecord(HookCallback):
-    "Records each hooked layer's `activation_row` at every training batch, on the device until a flush."
+    "Records each hooked layer's `activation_row` at every training batch, on a fixed sample, on the device until a flush."
     flush_every = 4096  # batches held as device tensors at most, before one transfer
 
-    def __init__(self, modules=None, bins: int = 40, hist_max: float = 10.0, zero_below: float = 0.05):
+    def __init__(self, modules=None, bins: int = 40, hist_max: float = 10.0, zero_below: float = 0.05,
+                 sample: int | None = 1024):
         super().__init__(modules)
         self.bins = check_int("bins", bins, 1, 10_000)
         self.hist_max = check_number("hist_max", hist_max, 0, low_open=True)  # |a| above it: in the last bin
         self.zero_below = check_number("zero_below", zero_below, 0, hist_max, low_open=True)  # |a| below: near zero
+        self.sample = None if sample is None else check_int("sample", sample, 1)  # None: every activation
         self._clear()
 
     def _clear(self) -> None:
-        self._pending: list[list[torch.Tensor]] = [[] for _ in self.names]  # per layer: rows not yet transferred
-        self._rows: list[torch.Tensor] = [torch.zeros(0, 3 + self.bins) for _ in self.names]  # per layer, on the CPU
-        self._n_pending = 0
+        self._pending: list[torch.Tensor] = []  # per batch, not yet transferred: (layers, 3 + bins)
+        self._rows = torch.zeros(0, len(self.names), 3 + self.bins)  # (batches, layers, 3 + bins), on the CPU
+        self._batch: list = [None] * len(self.names)  # this batch's (row, activations described) per layer
+        self.n_calls = {name: 0 for name in self.names}  # forwards recorded per layer: > n_batches if run twice
+        self._warned = False
 
     def on_train_begin(self):
         super().on_train_begin()
         self._clear()  # each fit draws its own picture; a resumed fit loads the earlier rows after this
         self._slot = {module: i for i, module in enumerate(self.layers)}
+        self._index: dict = {}  # (numel, device) → the sample's positions
+
+    def on_batch_begin(self):
+        super().on_batch_begin()
+        self._batch = [None] * len(self.names)
 
     def hook(self, module, inputs, outputs):
-        row = activation_row(_output_tensor(module, outputs), self.bins, self.hist_max, self.zero_below)
-        self._pending[self._slot[module]].append(row)
-        self._n_pending += 1
-        if self._n_pending >= self.flush_every * len(self.layers):
+        i = self._slot[module]
+        a = _output_tensor(module, outputs).detach().reshape(-1)
+        if self.sample is not None and a.numel() > self.sample:
+            key = (a.numel(), a.device)
+            if key not in self._index:
+                self._index[key] = _sample_index(a.numel(), self.sample, a.device)
+            a = a.index_select(0, self._index[key])
+        row = (activation_row(a, self.bins, self.hist_max, self.zero_below), a.numel())
+        self.n_calls[self.names[i]] += 1
+        self._batch[i] = row if self._batch[i] is None else self._merge(i, row)
+
+    def _merge(self, i: int, row: tuple) -> tuple:
+        "A layer run twice in one forward: one row for the batch, as if its calls' activations were one tensor."
+        if not self._warned:
+            warnings.warn(f"{self.labels[i]} ran more than once in a training batch's forward: {type(self).__name__} "
+                          "merges its calls into one row per batch (n_calls counts the calls)", stacklevel=2)
+            self._warned = True
+        (r1, n1), (r2, n2) = self._batch[i], row
+        w1, w2 = n1 / max(n1 + n2, 1), n2 / max(n1 + n2, 1)
+        merged = w1 * r1 + w2 * r2  # the shares: weighted by the activations each call described
+        merged[0] = w1 * r1[0] + w2 * r2[0]
+        square = w1 * (r1[1] ** 2 + r1[0] ** 2) + w2 * (r2[1] ** 2 + r2[0] ** 2)  # the mean of a², from each call's
+        merged[1] = (square - merged[0] ** 2).clamp(min=0).sqrt()
+        return merged, n1 + n2
+
+    def forward_done(self) -> None:
+        "One row per layer for the batch; NaN for a layer its forward did not run."
+        rows = [row for row, _ in filter(None, self._batch)]
+        device = rows[0].device if rows else "cpu"
+        missing = torch.full((3 + self.bins,), math.nan, device=device)
+        self._pending.append(torch.stack([missing if b is None else b[0].to(device) for b in self._batch]))
+        self._batch = [None] * len(self.names)
+        if len(self._pending) >= self.flush_every:
             self.flush()
 
     def flush(self) -> None:
         "Move the rows collected since the last flush to the CPU: one transfer for every layer and batch."
-        if not self._n_pending:
+        if not self._pending:
             return
-        counts = [len(rows) for rows in self._pending]
-        new = torch.cat([torch.stack(rows) for rows in self._pending if rows]).cpu()
-        self._rows = [torch.cat([old, part]) for old, part in zip(self._rows, new.split(counts))]
-        self._pending = [[] for _ in self.names]
-        self._n_pending = 0
+        self._rows = torch.cat([self._rows, torch.stack(self._pending).cpu()])
+        self._pending = []
 
     def on_epoch_end(self):
         self.flush()
@@ -89,15 +137,15 @@ class _ActivationRecord(HookCallback):
 
     @property
     def n_batches(self) -> int:
-        "Training batches recorded (by the first hooked layer)."
-        return len(self._rows[0]) + len(self._pending[0]) if self.names else 0
+        "Training batches recorded: one row per layer each, however many times a layer ran in the batch."
+        return len(self._rows) + len(self._pending)
 
 # %% ../nbs/07c_activations.ipynb #2d711a18
 class ActivationStats(_ActivationRecord):
-    "Each hooked layer's activations at every training batch: mean, std, share near zero and a histogram of |a|; one transfer per flush."
+    "Each hooked layer's activations at every training batch, from a fixed sample: mean, std, share near zero, histogram of |a|."
     def _columns(self, cols) -> dict[str, np.ndarray]:
         self.flush()
-        return {name: rows[:, cols].numpy() for name, rows in zip(self.names, self._rows)}
+        return {name: self._rows[:, i, cols].numpy() for i, name in enumerate(self.names)}
 
     @property
     def means(self) -> dict[str, np.ndarray]:
@@ -116,30 +164,34 @@ class ActivationStats(_ActivationRecord):
 
     @property
     def hists(self) -> dict[str, np.ndarray]:
-        "Layer name → (batches, `bins`) counts of |a| in equal bins over [0, `hist_max`], the last holding all above."
+        "Layer name → (batches, `bins`) shares of |a| in equal bins over [0, `hist_max`], the last holding all above."
         return self._columns(slice(3, None))
 
     def state_dict(self) -> dict:
         self.flush()
         return {"names": list(self.names), "bins": self.bins, "hist_max": self.hist_max,
-                "zero_below": self.zero_below, "rows": [rows.clone() for rows in self._rows]}
+                "zero_below": self.zero_below, "sample": self.sample, "rows": self._rows.clone()}
 
     def load_state_dict(self, state: dict) -> None:
-        mine = {"bins": self.bins, "hist_max": self.hist_max, "zero_below": self.zero_below}
+        keys = ("names", "bins", "hist_max", "zero_below", "sample", "rows")
+        lacks = [key for key in keys if key not in state]
+        if lacks:
+            raise ValueError(f"an ActivationStats state holds {', '.join(keys)}; this one lacks {', '.join(lacks)}: "
+                             "load what ActivationStats.state_dict() returned")
+        mine = {"bins": self.bins, "hist_max": self.hist_max, "zero_below": self.zero_below, "sample": self.sample}
         saved = {key: state[key] for key in mine}
         if saved != mine:
             raise ValueError(f"the saved ActivationStats used {saved}, this one {mine}: build it with the same "
-                             "bins, hist_max and zero_below")
+                             "bins, hist_max, zero_below and sample")
         if self.hooks is not None and list(state["names"]) != self.names:
             raise ValueError(f"the saved ActivationStats hooked {state['names']}, this one hooks {self.names}: "
                              "select the same modules")
         self.names = list(state["names"])
-        self._pending = [[] for _ in self.names]
-        self._n_pending = 0
-        self._rows = [rows.clone().float() for rows in state["rows"]]
+        self._clear()
+        self._rows = state["rows"].clone().float()
 
     def hist_plot(self, figsize: tuple[float, float] | None = None, dpi: int = 80) -> FigurePlot:
-        "The colorful dimension: a panel per layer, training batch across, |activation| up, log(1 + count) as colour."
+        "The colorful dimension: a panel per layer, training batch across, |activation| up, the share per bin as colour."
         return _StatsFigure(self, _draw_hists, figsize, dpi)
 
     def stats_plot(self, figsize: tuple[float, float] | None = None, dpi: int = 80) -> FigurePlot:
@@ -147,30 +199,63 @@ class ActivationStats(_ActivationRecord):
         return _StatsFigure(self, _draw_curves, figsize, dpi)
 
 # %% ../nbs/07c_activations.ipynb #00bf8195
-def _hist_axes(axes, labels: list[str], hist_max: float, n_batches: int) -> list:
-    "An empty image per layer on `axes`, titled with the layer's label: batch across, |activation| up."
+_SHARES = dict(vmin=1e-3, vmax=1.0)  # the colour scale: a thousandth of the activations (or none) to all of them
+
+def _panel_grid(fig: Figure, n: int, n_cols: int = 3) -> list:
+    "`n` axes in rows of `n_cols` (fewer if `n` is smaller), sharing the batch axis, with fixed margins in inches."
+    n_cols = min(n, n_cols)
+    n_rows = math.ceil(n / n_cols)
+    axes = list(fig.subplots(n_rows, n_cols, squeeze=False, sharex=True).flat)
+    for ax in axes[n:]:
+        ax.remove()
+    width, height = fig.get_size_inches()
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.35 / height,
+                        wspace=0.3, hspace=0.45)
+    return axes[:n]
+
+def _few_ticks(ax) -> None:
+    "Four ticks an axis at most: each tick label is text to draw, the dearest part of a frame's first picture."
+    ax.xaxis.set_major_locator(MaxNLocator(4, integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(4))
+
+def _hist_axes(axes, labels: list[str], hist_max: float, n_batches: int, below: int) -> list:
+    "An image per layer, titled in its line's colour: batch across, |activation| up; tick labels where no panel repeats them."
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#440154", under="#440154")  # no activation: darkest
     images = []
-    for ax, label in zip(axes, labels):
-        images.append(ax.imshow(np.zeros((1, 1)), origin="lower", aspect="auto", cmap="viridis",
+    for i, (ax, label) in enumerate(zip(axes, labels)):
+        images.append(ax.imshow(np.zeros((1, 1)), origin="lower", aspect="auto", cmap=cmap, norm=LogNorm(**_SHARES),
                                 interpolation="nearest", extent=(0, 1, 0, hist_max)))
         ax.set_xlim(0, max(n_batches, 1))
         ax.set_ylim(0, hist_max)
-        ax.set_title(label)
-        ax.set_xlabel("training batch")
-    axes[0].set_ylabel("|activation|")
+        ax.set_title(label, color=f"C{i}")  # the colour of its line in the near-zero panel
+        _few_ticks(ax)
+        if i % 3 == 0:
+            ax.set_ylabel("|activation|")
+        else:
+            ax.tick_params(labelleft=False)  # the same scale as the panel on its left
+        shown_below = i + 3 < len(axes) + below  # the panel below (`below` curve panels follow) shows the batch axis
+        ax.tick_params(labelbottom=not shown_below)
+        ax.set_xlabel("" if shown_below else "training batch")
     return images
 
-def _show_hists(images, hists: dict, vmax: list[float] | None = None) -> None:
-    "Each layer's histograms on its image, coloured log(1 + count); the colour limits in `vmax` (per layer) only grow."
-    for i, (image, h) in enumerate(zip(images, hists.values())):
-        colours = np.log1p(h.T) if len(h) else np.zeros((1, 1))  # one column per batch
-        top = float(colours.max())
-        if vmax is not None:
-            vmax[i] = max(vmax[i], top)
-            top = vmax[i]
-        image.set_data(colours)
+def _colour_key(ax, image, lines: list | None = None) -> None:
+    "The key on an empty panel: the layers' lines (if any) above, the histograms' colour bar below."
+    ax.set_axis_off()
+    if lines:
+        ax.legend(handles=lines, loc="upper left", frameon=False, fontsize="small", ncols=2,
+                  title=lines[0].axes.get_title(), title_fontsize="small")
+    cax = ax.inset_axes([0.0, 0.25, 1.0, 0.09])
+    ax.figure.colorbar(image, cax=cax, orientation="horizontal")
+    cax.xaxis.set_major_locator(FixedLocator([1e-3, 1e-2, 1e-1, 1.0]))
+    cax.xaxis.set_minor_locator(NullLocator())
+    cax.xaxis.set_major_formatter(FixedFormatter(["0.1%", "1%", "10%", "100%"]))  # plain text: no math to lay out
+    cax.set_xlabel("share of a batch's activations in a bin")
+
+def _show_hists(images, hists: dict) -> None:
+    "Each layer's histograms on its image: one column per batch, the share of the batch's activations per bin."
+    for image, h in zip(images, hists.values()):
+        image.set_data(h.T if len(h) else np.zeros((1, 1)))
         image.set_extent((0, max(len(h), 1), 0, image.get_extent()[3]))
-        image.set_clim(0, top or 1.0)
 
 def _curve_axes(ax, labels: list[str], title: str, ylabel: str, legend: bool = True) -> list:
     "An empty line per layer on `ax`, labelled for a legend if `legend`; each thinner than the one before, drawn over it."
@@ -188,9 +273,10 @@ def _show_curves(lines, values: dict) -> None:
 
 # %% ../nbs/07c_activations.ipynb #a5bb0531
 def _draw_hists(fig: Figure, stats: ActivationStats) -> None:
-    axes = fig.subplots(1, len(stats.names), squeeze=False)[0]
-    _show_hists(_hist_axes(axes, stats.labels, stats.hist_max, stats.n_batches), stats.hists)
-    _frame(fig, left=0.7)
+    *axes, key = _panel_grid(fig, len(stats.names) + 1)
+    images = _hist_axes(axes, stats.labels, stats.hist_max, stats.n_batches, below=0)
+    _show_hists(images, stats.hists)
+    _colour_key(key, images[0])
 
 def _draw_curves(fig: Figure, stats: ActivationStats) -> None:
     axes = fig.subplots(1, 3)
@@ -204,13 +290,17 @@ def _draw_curves(fig: Figure, stats: ActivationStats) -> None:
     axes[2].set_ylim(-0.03, 1.03)
     _frame(fig, left=1.0, wspace=0.5)
 
+def _grid_size(n_panels: int) -> tuple[float, float]:
+    "About 840 pixels wide at 80 dpi (a JupyterLab output at 1,280 pixels shows it unshrunk); 2.9 inches a row."
+    return 10.5, 2.9 * math.ceil(n_panels / 3) + 0.3
+
 class _StatsFigure(FigurePlot):
     "A static picture of an ActivationStats, drawn by `draw(fig, stats)`."
     empty_hint = "train with learn.fit(..., cbs=stats) first"
 
     def __init__(self, stats: ActivationStats, draw: Callable, figsize: tuple[float, float] | None, dpi: int):
-        n = len(stats.names) if draw is _draw_hists else 3
-        super().__init__(figsize or (2.6 * n + 1.0, 3.4), dpi)
+        size = _grid_size(len(stats.names) + 1) if draw is _draw_hists else (10.5, 3.4)
+        super().__init__(check_figsize(figsize) or size, check_int("dpi", dpi, 1))
         self.stats = stats
         self.draw = draw
 
@@ -224,8 +314,8 @@ class _StatsFigure(FigurePlot):
         return fig
 
 # %% ../nbs/07c_activations.ipynb #a7f3c2d1
-class _ActivationFigure(LivePlot):
-    "What ActivationPlot draws from its ActivationStats (`stats`): an image per layer, the near-zero shares, a summary line."
+class _ActivationFigure(FitProgress):
+    "What ActivationPlot draws from its ActivationStats (`stats`): an image per layer, the near-zero shares, a key; a line of text."
     def _collect(self) -> None:
         self.stats.flush()
 
@@ -234,27 +324,32 @@ class _ActivationFigure(LivePlot):
 
     def _artists(self, fig: Figure) -> list:
         labels = self.stats.labels
-        axes = fig.subplots(1, len(labels) + 1, width_ratios=[1] * len(labels) + [1.5])  # room for the legend
+        *axes, curves, key = _panel_grid(fig, len(labels) + 2)
         n = self._total or self.stats.n_batches
-        images = _hist_axes(axes[:-1], labels, self.stats.hist_max, n)
-        lines = _curve_axes(axes[-1], labels, f"share with |a| < {self.stats.zero_below:g}", "share near zero")
-        axes[-1].set_xlim(0, max(n, 1))
-        axes[-1].set_ylim(-0.03, 1.03)
-        _frame(fig, left=0.7, wspace=0.4)
+        images = _hist_axes(axes, labels, self.stats.hist_max, n, below=1)
+        lines = _curve_axes(curves, labels, f"share with |a| < {self.stats.zero_below:g}", "share near zero")
+        _few_ticks(curves)
+        curves.set_ylim(-0.03, 1.03)
+        _colour_key(key, images[0], lines)
         return images + lines
 
     def _fill(self, fig: Figure, artists: list, grow: bool) -> None:
         n_layers = len(self.stats.names)
-        _show_hists(artists[:n_layers], self.stats.hists, self._vmax if grow else None)
+        _show_hists(artists[:n_layers], self.stats.hists)
         _show_curves(artists[n_layers:], self.stats.near_zero)
-        _hold_batches(fig.axes, self.stats.n_batches)  # a loader without a length: the x axes grow by doubling
+        panels = [ax for ax in fig.axes if ax.images or ax.lines]
+        if not grow:  # the final picture, or plot(): the x axes hold what was done (a stopped fit: no empty tail)
+            for ax in panels:
+                ax.set_xlim(0, max(self.stats.n_batches, 1))
+        else:
+            _hold_batches(panels, self.stats.n_batches)  # a loader without a length: the x axes grow by doubling
 
     def _summary(self) -> str:
-        "The share of near-zero activations in each layer at the last batch."
+        "The training batches, and the share of near-zero activations in each layer at the last one."
         if not self.stats.n_batches:
             return "no training batch"
-        last = ", ".join(f"{label} {v[-1]:.2f}" for label, v in zip(self.stats.labels, self.stats.near_zero.values()))
-        return f"{self.stats.n_batches} training batches; share with |a| < {self.stats.zero_below:g} at the last: {last}"
+        last = ", ".join(f"{name} {v[-1]:.0%}" for name, v in zip(self.stats.names, self.stats.near_zero.values()))
+        return f"{self.stats.n_batches} batches; |a| < {self.stats.zero_below:g} at the last: {last}"
 
 # %% ../nbs/07c_activations.ipynb #692bb807
 class ActivationPlot(_ActivationFigure):
@@ -263,13 +358,12 @@ class ActivationPlot(_ActivationFigure):
     empty_hint = "train with learn.fit(..., cbs=plot) first"
 
     def __init__(self, modules=None, bins: int = 40, hist_max: float = 10.0, zero_below: float = 0.05,
-                 every_ms: float = 250, max_overhead: float = 0.1, mode: str = "auto",
+                 sample: int | None = 1024, every_ms: float = 250, max_overhead: float = 0.1, mode: str = "auto",
                  figsize: tuple[float, float] | None = None, dpi: int = 80, file=None):
-        self.stats = ActivationStats(modules, bins, hist_max, zero_below)
-        super().__init__(every_ms, max_overhead, mode, figsize or (7.0, 3.4), dpi, file)
-        self._figsize = figsize  # None: as wide as the layers need, known once the modules are found
-        self._total = None  # training batches in the fit, if the loader has a length
-        self._vmax: list[float] = []  # each image's colour limit so far
+        self.stats = ActivationStats(modules, bins, hist_max, zero_below, sample)
+        super().__init__(every_ms, max_overhead, mode, check_figsize(figsize) or (10.5, 6.1), check_int("dpi", dpi, 1),
+                         file)
+        self._figsize = figsize  # None: as many rows as the layers need, known once the modules are found
 
     def on_train_begin(self):
         self.stats.learn = self.learn
@@ -277,14 +371,17 @@ class ActivationPlot(_ActivationFigure):
         super().on_train_begin()
 
     def _begin(self) -> None:
-        n = len(self.stats.names)
-        self.figsize = self._figsize or (2.4 * (n + 1.5) + 0.8, 3.4)
-        per_epoch = _length(self.learn.dls.train)
-        self._total = None if per_epoch is None else self.learn.n_epochs * per_epoch
-        self._vmax = [0.0] * n
+        self.figsize = self._figsize or _grid_size(len(self.stats.names) + 2)
+
+    def on_batch_begin(self):
+        self.stats.on_batch_begin()
+
+    def on_loss_begin(self):
+        self.stats.on_loss_begin()
 
     def on_epoch_end(self):
         self.stats.on_epoch_end()
+        super().on_epoch_end()
 
     def on_train_end(self):
         try:

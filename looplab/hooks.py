@@ -15,6 +15,28 @@ from .callback import Callback
 # %% auto #0
 __all__ = ['Hook', 'Hooks', 'find_modules', 'HookCallback']
 
+# %% ../nbs/07b_hooks.ipynb #1a0fa45c
+class _HookCall:
+    "What the module holds: a weak reference to its Hook (a Hook nobody keeps is collected, and removed)."
+    def __init__(self, hook: Hook):
+        self.hook = weakref.ref(hook)
+
+    def __call__(self, module: nn.Module, inputs, outputs) -> None:
+        hook = self.hook()
+        if hook is not None and module is hook.module:  # a shallow copy of the module shares its hooks: not for it
+            hook.fn(hook, module, inputs, outputs)
+
+    def __reduce__(self):
+        "A copy of the module (`copy.deepcopy`, `torch.save`) gets a `_Detached` in this hook's place."
+        return (_Detached, ())
+
+class _Detached:
+    "A hook's place in a copy of its module: it watches nothing, and takes itself off the copy at its first call."
+    def __call__(self, module: nn.Module, *args) -> None:
+        for hooks in (module._forward_hooks, module._backward_hooks):
+            for key in [key for key, fn in hooks.items() if fn is self]:
+                del hooks[key]
+
 # %% ../nbs/07b_hooks.ipynb #64f3cbc6
 class Hook:
     "Calls `fn(hook, module, inputs, outputs)` after each forward of `module` (with `backward`: gradients, after each backward)."
@@ -23,17 +45,13 @@ class Hook:
             raise TypeError(f"module must be a torch.nn.Module, got {module!r} of type {type(module).__name__}")
         if not callable(fn):
             raise TypeError(f"fn must be callable as fn(hook, module, inputs, outputs), got {fn!r}")
+        if not isinstance(backward, bool):
+            raise TypeError(f"backward must be True or False, got {backward!r} of type {type(backward).__name__}")
         self.module = module
         self.fn = fn
         self.backward = backward
-        me = weakref.ref(self)  # the module holds only this: a Hook that nobody keeps is collected, and removed
-
-        def call(module, inputs, outputs):
-            hook = me()
-            if hook is not None:
-                hook.fn(hook, module, inputs, outputs)
         register = module.register_full_backward_hook if backward else module.register_forward_hook
-        self._remove = weakref.finalize(self, register(call).remove)  # runs once: at remove() or when collected
+        self._remove = weakref.finalize(self, register(_HookCall(self)).remove)  # once: at remove() or when collected
 
     @property
     def removed(self) -> bool:
@@ -54,6 +72,9 @@ class Hook:
 class Hooks:
     "One `Hook` per module of `modules`, all calling `fn`; `remove()` takes them all off."
     def __init__(self, modules: Iterable[nn.Module], fn: Callable, backward: bool = False):
+        if isinstance(modules, nn.Module) and not hasattr(modules, "__iter__"):
+            raise TypeError(f"modules must be an iterable of modules, e.g. [model[1]] or model.modules(); got one "
+                            f"{type(modules).__name__}: for one module, use Hook or [module]")
         self.hooks: list[Hook] = []
         try:
             for module in modules:
@@ -96,11 +117,16 @@ def _check_modules(modules):
     if isinstance(modules, tuple) and modules and all(_is_module_class(m) for m in modules):
         return modules
     if isinstance(modules, (list, tuple)) and modules and all(isinstance(m, nn.Module) for m in modules):
+        twice = next((m for i, m in enumerate(modules) if any(m is other for other in modules[:i])), None)
+        if twice is not None:
+            raise ValueError(f"modules lists {twice!r} twice: give each module once")
         return list(modules)
     raise TypeError(f"modules must be {_MODULES_HINT}; got {modules!r}")
 
 def find_modules(model: nn.Module, modules=None) -> list[tuple[str, nn.Module]]:
     "The (name, module) pairs of `model` that `modules` selects, named as `model.named_modules()` names them."
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {model!r} of type {type(model).__name__}")
     modules = _check_modules(modules)
     named = [(name or "model", m) for name, m in model.named_modules()]
     if modules is None:
@@ -121,7 +147,7 @@ def find_modules(model: nn.Module, modules=None) -> list[tuple[str, nn.Module]]:
 
 # %% ../nbs/07b_hooks.ipynb #ad1189f3
 class HookCallback(Callback):
-    "Hooks the modules `modules` selects for the length of a fit; a subclass defines `hook(module, inputs, outputs)`, called on training batches."
+    "Hooks the modules `modules` selects for a fit; a subclass's `hook(module, inputs, outputs)` sees each training batch's own forward."
     order = -100  # first at every event: in on_train_end the hooks go before another callback can raise
 
     def __init__(self, modules=None):
@@ -129,6 +155,8 @@ class HookCallback(Callback):
         self.hooks: Hooks | None = None
         self.names: list[str] = []  # the hooked modules' names in the model (named_modules), in order
         self.layers: list[nn.Module] = []
+        self.n_reevaluations = 0  # forwards a closure optimizer (LBFGS) ran again inside a step: not passed to hook
+        self._open = False  # inside a training batch's own forward: from on_batch_begin to on_loss_begin
 
     @property
     def labels(self) -> list[str]:
@@ -143,17 +171,34 @@ class HookCallback(Callback):
         found = find_modules(model, self.modules)
         self.names = [name for name, _ in found]
         self.layers = [module for _, module in found]
+        self.n_reevaluations = 0
+        self._open = False
         self.hooks = Hooks(self.layers, self._on_forward)
 
+    def on_batch_begin(self):
+        self._open = self.learn.training
+
+    def on_loss_begin(self):
+        "The model's forward is over: the batch's own, or (in a step) a closure optimizer's evaluation."
+        if self._open:
+            self.forward_done()
+        elif self.learn.training:
+            self.n_reevaluations += 1
+        self._open = False
+
     def _on_forward(self, hook: Hook, module: nn.Module, inputs, outputs) -> None:
-        if self.learn.training:
+        if self._open:
             self.hook(module, inputs, outputs)
 
     def hook(self, module: nn.Module, inputs, outputs) -> None:
-        "What to do with a hooked module's forward in a training batch."
+        "What to do with a hooked module's forward in a training batch's own forward."
         raise NotImplementedError(f"{type(self).__name__} must define hook(module, inputs, outputs)")
 
+    def forward_done(self) -> None:
+        "Called when a training batch's own forward is over (nothing by default)."
+
     def on_train_end(self):
+        self._open = False
         self.remove()
 
     def remove(self) -> None:

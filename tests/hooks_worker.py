@@ -8,7 +8,7 @@ from torch import nn
 from looplab.callback import Callback
 from looplab.conv import conv_net, signal_dls
 from looplab.engines import DistributedDataParallelEngine
-from looplab.activations import ActivationStats
+from looplab.activations import ActivationStats, _sample_index
 from looplab.learner import Learner, set_seed
 
 CHANNELS = (8, 16)  # conv_net's layers: 1 Conv1d, 3 Conv1d, 8 Linear
@@ -32,17 +32,19 @@ class SeeBatches(Callback):
 
 
 def hand_rows(model: nn.Sequential, xb: torch.Tensor, names: list[str]) -> dict[str, torch.Tensor]:
-    "Each named layer's output on `xb`, by slicing the Sequential, and its statistics computed with torch."
+    "Each named layer's output on `xb`, by slicing the Sequential, and its statistics on the same sample, with torch."
     ends = {"1": 2, "3": 4, "8": len(model)}  # a layer's output: the Sequential up to and with it
     rows = {}
     with torch.no_grad():
         for name in names:
-            a = model[:ends[name]](xb)
+            a = model[:ends[name]](xb).flatten()
+            if a.numel() > 1024:
+                a = a[_sample_index(a.numel(), 1024)]
             size = a.abs()
             index = (size.clamp(max=10) * 4).floor().long().clamp(max=39)  # 40 bins of width 0.25 over [0, 10]
-            hist = torch.bincount(index.flatten(), minlength=40).float()
-            rows[name] = torch.cat([torch.stack([a.mean(), torch.std(a, correction=0), (size < 0.05).float().mean()]),
-                                    hist])
+            hist = torch.bincount(index, minlength=40).float() / a.numel()
+            near_zero = (size < 0.05).sum(dtype=torch.float32) / a.numel()
+            rows[name] = torch.cat([torch.stack([a.mean(), torch.std(a, correction=0), near_zero]), hist])
     return rows
 
 
@@ -61,7 +63,8 @@ def ddp_rank_stats(by_class: bool) -> dict:
         reference.load_state_dict(weights)
         for name, row in hand_rows(reference, xb, stats.names).items():
             hand[name].append(row)
-    return {"names": stats.names, "rows": [rows.clone() for rows in stats.state_dict()["rows"]],
+    rows = stats.state_dict()["rows"]  # (batches, layers, 3 + bins)
+    return {"names": stats.names, "rows": [rows[:, i].clone() for i in range(len(stats.names))],
             "hand": [torch.stack(hand[name]) for name in stats.names], "batch_sizes": [len(x) for x, _ in seen.batches],
             "wrapper": seen.wrapper, "same_layers": seen.convs_in_wrapper == [m for m in stats.layers if isinstance(m, nn.Conv1d)],
             "hooks_left": sum(len(m._forward_hooks) for m in learn.model.modules())}
