@@ -6,9 +6,12 @@
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -19,13 +22,13 @@ from .callback import EVENTS, Callback
 from .checks import check_int
 from .learner import _length
 from .loss_plot import _frame
-from .widgets import LivePlot, _grown_limits, _hold_batches
+from .widgets import LivePlot, _hold_batches
 
 # %% auto #0
 __all__ = ['PHASES', 'DEVICE_PHASES', 'Profiler', 'ProfilePlot', 'TorchTrace']
 
 # %% ../nbs/07d_profiler.ipynb #8352a5f5
-PHASES = ("data", "forward", "loss", "backward", "step", "zero_grad", "callbacks", "loop")
+PHASES = ("data", "forward", "loss", "backward", "step", "zero_grad", "callbacks", "plot drawing", "loop")
 DEVICE_PHASES = ("forward", "loss", "backward", "step", "zero_grad")  # the work a GPU does, queued by the host
 _AFTER = {"on_batch_begin": "forward", "on_loss_begin": "loss", "on_backward_begin": "backward",
           "on_step_begin": "step", "on_zero_grad_begin": "zero_grad"}  # the loop's work after each event's callbacks
@@ -34,20 +37,22 @@ _FLUSH_EVERY = 100_000  # stamps logged before a batch's end reads them, within 
 
 class _Slot:
     "What a stamp means: before callback `j` of `event` (named `callback`), or after the event's last one (`j == n`)."
-    def __init__(self, event: str, j: int, n: int, callback: str | None):
+    def __init__(self, event: str, j: int, n: int, callback: str | None, own: bool = False):
         self.event = event
         self.callback = callback
+        self.own = own  # the callback is the profiler itself
         self.before_callback = j < n  # the time from here is the callback's
         self.phase = PHASES.index(_AFTER.get(event, "loop"))  # after the event's last callback: the loop's phase
         self.opens = event == "on_batch_begin" and j == 0  # a training batch's data phase ends here
         self.closes = event in ("on_batch_end", "on_batch_cancel") and j == n  # a training batch ends here
+        self.step_begins = event == "on_step_begin" and j == n  # the optimizer's step runs from here...
+        self.step_ends = event in ("on_step_end", "on_step_cancel") and j == 0  # ...to here
         self.validate_begins = event == "on_validate_begin" and j == 0
         self.validate_ends = event in ("on_validate_end", "on_validate_cancel") and j == n
 
 # %% ../nbs/07d_profiler.ipynb #636f2323
-def _stamp(k: int, ids: list, times: list, marks: list | None, edge: bool):
+def _stamp(k: int, ids: list, times: list, marks: list | None, edge: bool, clock: Callable[[], float]):
     "A function that logs stamp number `k` and the time; with `marks` (CUDA), an edge stamp also queues a CUDA event."
-    clock = time.perf_counter
     if marks is None:
         def stamp():
             ids.append(k)
@@ -66,7 +71,8 @@ def _stamp(k: int, ids: list, times: list, marks: list | None, edge: bool):
             times.append(clock())
     return stamp
 
-def _stamped(handlers: dict, ids: list, times: list, marks: list | None) -> tuple[dict, list]:
+def _stamped(handlers: dict, ids: list, times: list, marks: list | None, owner,
+             clock: Callable[[], float]) -> tuple[dict, list]:
     "`handlers` with a stamp before, between and after each event's callbacks; and each stamp's `_Slot`."
     slots, stamped = [], {}
     for event in EVENTS:
@@ -76,17 +82,21 @@ def _stamped(handlers: dict, ids: list, times: list, marks: list | None) -> tupl
             continue
         chain = []
         for j in range(len(methods) + 1):
-            name = type(getattr(methods[j], "__self__", methods[j])).__name__ if j < len(methods) else None
-            slots.append(_Slot(event, j, len(methods), name))
-            chain.append(_stamp(len(slots) - 1, ids, times, marks, edge=j in (0, len(methods))))
+            cb = getattr(methods[j], "__self__", methods[j]) if j < len(methods) else None
+            slots.append(_Slot(event, j, len(methods), None if cb is None else type(cb).__name__, cb is owner))
+            chain.append(_stamp(len(slots) - 1, ids, times, marks, j in (0, len(methods)), clock))
             if j < len(methods):
                 chain.append(methods[j])
         stamped[event] = tuple(chain)
     return stamped, slots
 
 # %% ../nbs/07d_profiler.ipynb #4513e26d
+_STEP, _CALLBACKS, _LOOP = (PHASES.index(phase) for phase in ("step", "callbacks", "loop"))
+
 class _StampReader:
     "Turns a log of stamps into seconds per phase per training batch, per callback, and outside the training batches."
+    _own_phase = "callbacks"  # where the profiler's own time goes (ProfilePlot: "plot drawing")
+
     def _clear(self) -> None:
         self.times = {phase: [] for phase in PHASES}  # seconds, one per training batch: they partition its wall time
         self.gpu_times = {phase: [] for phase in DEVICE_PHASES}  # on CUDA: the GPU's seconds for the same phases
@@ -97,6 +107,7 @@ class _StampReader:
         self._row = None  # the open training batch's seconds per phase
         self._gpu_row = None
         self._validating = False
+        self._in_step = False  # between on_step_begin and on_step_end: a closure optimizer's evaluations are the step's
         self._cuda = False
 
     def flush(self) -> None:
@@ -120,12 +131,14 @@ class _StampReader:
         gap = t - t0
         if slot.validate_begins or slot.validate_ends:
             self._validating = slot.validate_begins  # validation batches are not training batches
-        phase = before.phase
+        in_step = before.step_begins or (self._in_step and not before.closes)  # this gap lies inside a step
+        self._in_step = in_step and not slot.step_ends
+        phase = _STEP if in_step and before.phase == _LOOP else before.phase
         if before.before_callback:  # to its return, or to the next event's first stamp if it raised
             entry = self.callback_times.setdefault((before.event, before.callback), [0.0, 0])
             entry[0] += gap
             entry[1] += 1
-            phase = PHASES.index("callbacks")
+            phase = PHASES.index(self._own_phase) if before.own else _CALLBACKS
         if self._row is None and slot.opens and not self._validating:
             self._row = [0.0] * len(PHASES)  # a training batch begins: the time since the last stamp is its data
             self._gpu_row = [0.0] * len(DEVICE_PHASES)
@@ -178,10 +191,18 @@ class _Report(_StampReader):
         self._need_batches()
         return _profile_table(self)
 
+    def phases(self) -> tuple[str, ...]:
+        "The phases this profiler reports: `plot drawing` only where it draws."
+        return PHASES if self._own_phase == "plot drawing" else tuple(p for p in PHASES if p != "plot drawing")
+
     def _need_batches(self) -> None:
-        if not self.n_batches:
-            raise ValueError(f"{type(self).__name__} has no training batch to report: "
-                             "train with learn.fit(..., cbs=profiler) first")
+        if self.n_batches:
+            return
+        if self._fitted:
+            raise ValueError(f"{type(self).__name__}'s last fit trained no batch (fit(0), or it stopped before its "
+                             "first training batch): fit at least one batch with it attached")
+        raise ValueError(f"{type(self).__name__} has no training batch to report: "
+                         "train with learn.fit(..., cbs=profiler) first")
 
 # %% ../nbs/07d_profiler.ipynb #ab323885
 class Profiler(_Report, Callback):
@@ -189,26 +210,44 @@ class Profiler(_Report, Callback):
     order = -100  # first at every event: its on_train_end restores the handlers before another callback can fail
     unique = True
 
-    def __init__(self, cuda_events: bool | None = None):
+    def __init__(self, cuda_events: bool | None = None, clock: Callable[[], float] = time.perf_counter):
         self.cuda_events = _check_cuda_events(cuda_events)  # None: on when the engine's device is CUDA
+        if not callable(clock):
+            raise TypeError(f"clock must be a function that returns seconds, like time.perf_counter; got {clock!r}")
+        self.clock = clock  # seconds, monotonic: the checks give a fake clock that they move by hand
         self._stamps = None  # the stamped handlers, while a fit runs
+        self._fitted = False  # a fit began with it attached
         self._clear()
 
     def on_train_begin(self):
+        self._start()
+
+    def _start(self) -> None:
+        "Refuse a second profiler in the fit, or a fit inside the one this profiler times; then put the stamps in."
+        if self._stamps is not None:
+            raise ValueError(f"this {type(self).__name__} is timing a fit already: a fit run inside another fit "
+                             f"needs a {type(self).__name__} of its own")
         cbh = self.learn.cbh
         other = next((cb for cb in cbh.cbs if isinstance(cb, Profiler) and cb is not self), None)
         if other is not None:
             raise ValueError(f"{type(self).__name__} and {type(other).__name__} are both attached, and each would "
                              "time the other's stamps: keep one (ProfilePlot is a Profiler that also draws)")
         self._clear()
+        self._fitted = True
         self._lost = False  # the stamps went missing in this fit (and that was said)
         cuda = self.cuda_events if self.cuda_events is not None else self.learn.engine.device.type == "cuda"
         self._cuda = bool(cuda)
-        self._stamps, self._slots = _stamped(cbh.handlers, self._ids, self._times, self._marks if cuda else None)
+        self._stamps, self._slots = _stamped(cbh.handlers, self._ids, self._times, self._marks if cuda else None,
+                                             self, self.clock)
+        self._cbh = cbh  # the handler it stamped: the one it restores, whatever learner it is attached to by then
         cbh.handlers = self._stamps  # the table the loop reads, for this fit
 
     def on_batch_end(self):
-        if self.learn.cbh.handlers is not self._stamps:  # callbacks added or removed mid-fit: the stamps are gone
+        if self._stamps is None:  # attached during the fit: it times the training batches from the next one
+            if self.learn.training:
+                self._start()
+                self._last = (_Slot("on_batch_end", 0, 0, None), self.clock(), None)  # the next batch's data from now
+        elif self._cbh.handlers is not self._stamps:  # callbacks added or removed mid-fit: the stamps are gone
             self._warn_lost()
         elif len(self._ids) > _FLUSH_EVERY:  # a long epoch: read the log now and then, so it stays short
             self.flush()
@@ -232,35 +271,42 @@ class Profiler(_Report, Callback):
             self.flush()
         finally:
             self._stamps = None
-            self.learn.cbh.rebuild()  # the plain handlers again, whatever happened
+            self._cbh.rebuild()  # the plain handlers again, whatever happened
 
 # %% ../nbs/07d_profiler.ipynb #836dd05e
 def _duration(seconds: float) -> str:
     "A time in the unit that reads best: `2.10 s`, `1.23 ms`, `45.1 µs`."
+    unit, scale = _unit(seconds)
+    return f"{seconds * scale:.2f} {unit}" if unit != "µs" else f"{seconds * scale:.1f} {unit}"
+
+def _unit(seconds: float) -> tuple[str, float]:
+    "The unit that reads best for times up to `seconds`, and the factor from seconds to it."
     if seconds >= 1:
-        return f"{seconds:.2f} s"
+        return "s", 1.0
     if seconds >= 1e-3:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds * 1e6:.1f} µs"
+        return "ms", 1e3
+    return "µs", 1e6
 
 def _profile_table(profiler: Profiler) -> str:
-    "The phases, then the callbacks at each event, the costliest first; a GPU column on CUDA."
+    "The phases, then the callbacks at each event, the costliest first; a GPU column on CUDA. One unit a column."
     shares = profiler.shares()
     gpu = {phase: times for phase, times in profiler.gpu_times.items() if times}
-    lines = [f"{profiler.n_batches} training batches",
-             f"{'phase':<12}{'total':>11}{'share':>8}{'mean':>11}{'median':>11}" + (f"{'GPU mean':>11}" if gpu else "")]
-    for phase in PHASES:
-        times = np.asarray(profiler.times[phase])
-        line = (f"{phase:<12}{_duration(times.sum()):>11}{shares[phase]:>8.1%}{_duration(times.mean()):>11}"
-                f"{_duration(float(np.median(times))):>11}")
-        lines.append(line + (f"{_duration(float(np.mean(gpu[phase]))) if phase in gpu else '':>11}" if gpu else ""))
     batch = profiler.batch_times()
-    lines.append(f"{'batch':<12}{_duration(batch.sum()):>11}{1:>8.1%}{_duration(batch.mean()):>11}"
-                 f"{_duration(float(np.median(batch))):>11}")
-    lines += ["", f"{'event':<20}{'callback':<22}{'calls':>7}{'total':>11}{'per call':>11}{'share':>8}"]
+    total, total_scale = _unit(batch.sum())  # the totals' unit
+    each, each_scale = _unit(float(np.median(batch)))  # the unit of the times per batch, and per call
+    lines = [f"{profiler.n_batches} training batches",
+             f"{'phase':<14}{'total ' + total:>10}{'share':>8}{'mean ' + each:>10}{'median ' + each:>11}"
+             + (f"{'GPU mean ' + each:>13}" if gpu else "")]
+    for phase in (*profiler.phases(), "batch"):
+        times = batch if phase == "batch" else np.asarray(profiler.times[phase])
+        share = 1.0 if phase == "batch" else shares[phase]
+        line = (f"{phase:<14}{times.sum() * total_scale:>10.2f}{share:>8.1%}{times.mean() * each_scale:>10.2f}"
+                f"{float(np.median(times)) * each_scale:>11.2f}")
+        lines.append(line + (f"{float(np.mean(gpu[phase])) * each_scale:>13.2f}" if phase in gpu else ""))
+    lines += ["", f"{'event':<20}{'callback':<22}{'calls':>7}{'total ' + total:>10}{'per call ' + each:>12}{'share':>8}"]
     for (event, name), (seconds, calls) in sorted(profiler.callback_times.items(), key=lambda item: -item[1][0]):
-        lines.append(f"{event:<20}{name:<22}{calls:>7}{_duration(seconds):>11}{_duration(seconds / calls):>11}"
-                     f"{seconds / batch.sum():>8.1%}")
+        lines.append(f"{event:<20}{name:<22}{calls:>7}{seconds * total_scale:>10.2f}"
+                     f"{seconds / calls * each_scale:>12.2f}{seconds / batch.sum():>8.1%}")
     return "\n".join(lines)
 
 # %% ../nbs/07d_profiler.ipynb #b2707b3c
@@ -273,7 +319,7 @@ def _window_means(values, width: int) -> np.ndarray:
 class _PhaseChart(LivePlot):
     "The drawing of ProfilePlot: each phase a band, stacked, over windows of training batches."
     colors = {"data": "C0", "forward": "C1", "loss": "C4", "backward": "C3", "step": "C2", "zero_grad": "C8",
-              "callbacks": "C6", "loop": "C7"}
+              "callbacks": "C6", "plot drawing": "C5", "loop": "C7"}
 
     def _artists(self, fig: Figure) -> list:
         ax = fig.add_subplot()
@@ -310,27 +356,36 @@ class _PhaseChart(LivePlot):
         _hold_batches([ax], n)
 
     def _status(self) -> str | None:
-        return f"batch {self.n_batches} · {self._shares_text()}" if self.n_batches else None
+        "The batch and the largest phases, as many as fit a terminal's 79 columns (the summary gives them all)."
+        if not self.n_batches:
+            return None
+        text = f"batch {self.n_batches} ·"
+        for part in self._shares():
+            if len(text) + len(part) + 2 > 79:
+                break
+            text += (" " if text.endswith("·") else ", ") + part
+        return text
 
     def _summary(self) -> str:
         if not self.n_batches:
-            return "no training batch"
-        return f"{self.n_batches} batches, {_duration(float(self.batch_times().mean()))} each: {self._shares_text()}"
+            return "no training batch (the fit ended before its first one)"
+        return f"{self.n_batches} batches, {_duration(float(self.batch_times().mean()))} each: {', '.join(self._shares())}"
 
-    def _shares_text(self) -> str:
-        "The phases that take 1 % or more, the largest first: short enough for a terminal's line."
+    def _shares(self) -> list[str]:
+        "Each phase that takes 0.5 % or more, with its share, the largest first."
         shares = sorted(self.shares().items(), key=lambda item: -item[1])
-        return ", ".join(f"{phase} {share:.0%}" for phase, share in shares if share >= 0.005)
+        return [f"{phase} {share:.0%}" for phase, share in shares if share >= 0.005]
 
 # %% ../nbs/07d_profiler.ipynb #747a6ef6
 class ProfilePlot(Profiler, _PhaseChart):
     "The Profiler, drawn live: each training batch's phases stacked, in ms, as means over windows of batches."
     empty_hint = "train with learn.fit(..., cbs=profile_plot) first"
+    _own_phase = "plot drawing"  # its own time, drawing, apart from the user's callbacks
 
     def __init__(self, columns: int = 100, cuda_events: bool | None = None, every_ms: float = 250,
                  max_overhead: float = 0.1, mode: str = "auto", figsize: tuple[float, float] = (7.0, 3.5),
-                 dpi: int = 80, file=None):
-        Profiler.__init__(self, cuda_events)
+                 dpi: int = 80, file=None, clock: Callable[[], float] = time.perf_counter):
+        Profiler.__init__(self, cuda_events, clock)
         _PhaseChart.__init__(self, every_ms, max_overhead, mode, figsize, dpi, file)
         self.columns = check_int("columns", columns, 1)  # at most this many windows across the plot
         self._total = None  # training batches in the fit, when the loader has a length
@@ -362,33 +417,94 @@ class ProfilePlot(Profiler, _PhaseChart):
         return self.n_batches > 0
 
 # %% ../nbs/07d_profiler.ipynb #ac918284
+def _check_trace_folder(folder: Path) -> None:
+    "Refuse a folder that cannot hold a trace: make it, and write and delete a file in it, before the fit starts."
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ValueError(f"TorchTrace cannot write its trace into {str(folder)!r} ({e.strerror or e}): pass a folder "
+                         "it can make or write, e.g. TorchTrace('runs/trace')") from None
+
+def _torch_profiler_running() -> bool:
+    "Whether a torch.profiler session records in this process now."
+    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
+    return bool(enabled is not None and enabled())
+
+def _check_no_other_trace() -> None:
+    "Refuse a second torch.profiler session: torch runs one at a time, and two at once can crash the process."
+    if TorchTrace._running is not None:
+        raise ValueError("another TorchTrace is tracing a fit in this process, and torch.profiler runs one session "
+                         "at a time: let that fit end first, or keep one TorchTrace")
+    if _torch_profiler_running():
+        raise ValueError("a torch.profiler session is already recording (a torch.profiler.profile around this fit?), "
+                         "and torch runs one at a time: end it before fit, or leave TorchTrace out")
+
+# %% ../nbs/07d_profiler.ipynb #b9b854cc
 class TorchTrace(Callback):
     "Trace `batches` training batches with torch.profiler, after `skip`; write the trace into `folder` for TensorBoard."
-    def __init__(self, folder: str | Path, skip: int = 2, batches: int = 3):
+    unique = True  # one torch.profiler session at a time
+    _running = None  # the TorchTrace whose session is open, in this process
+
+    def __init__(self, folder: str | os.PathLike, skip: int = 2, batches: int = 3):
+        if not isinstance(folder, (str, os.PathLike)):
+            raise TypeError(f"folder must be a path (a str or a pathlib.Path), got {folder!r} of type "
+                            f"{type(folder).__name__}")
         self.folder = Path(folder)
         self.skip = check_int("skip", skip, 1)  # the first batch is always slow: one, at least, is skipped
         self.batches = check_int("batches", batches, 1)
         self.traces: list[Path] = []  # the files written by the last fit
         self._torch_profile = None
+        self._late = False  # attached during a fit: it traces from the next one
 
     def on_train_begin(self):
+        _check_no_other_trace()
+        _check_trace_folder(self.folder)
+        per_epoch = _length(self.learn.dls.train)
+        total = None if per_epoch is None else per_epoch * self.learn.n_epochs
+        if total is not None and self.skip >= total:
+            raise ValueError(f"TorchTrace(skip={self.skip}) would skip every batch of this fit ({total} training "
+                             f"batches) and write no trace: pass skip={max(1, total - self.batches)}, or fit longer")
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.learn.engine.device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self._before = set(self.folder.glob("*.pt.trace.json"))  # the traces of earlier fits are not this fit's
+        self._seen = 0  # training batches of this fit
         self._torch_profile = torch.profiler.profile(
             activities=activities,
             schedule=torch.profiler.schedule(wait=self.skip - 1, warmup=1, active=self.batches, repeat=1),
             on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.folder)))
         self._torch_profile.__enter__()
+        TorchTrace._running = self
 
     def on_batch_end(self):
-        if self.learn.training:
+        if self._torch_profile is None:
+            self._late = True
+        elif self.learn.training:
+            self._seen += 1
             self._torch_profile.step()  # the schedule counts training batches
 
     def on_train_end(self):
-        if self._torch_profile is None:  # on_train_begin never ran
+        if self._torch_profile is None:  # on_train_begin never ran, or this callback came during the fit
+            if self._late:
+                self._late = False
+                warnings.warn("TorchTrace was attached during the fit and traced nothing: attach it before fit "
+                              "(fit's cbs, or learn.add_cbs)", stacklevel=2)
             return
-        self._torch_profile.__exit__(None, None, None)
-        self._torch_profile = None
+        try:
+            self._torch_profile.__exit__(None, None, None)
+        finally:
+            self._torch_profile = None
+            TorchTrace._running = None
         self.traces = sorted(set(self.folder.glob("*.pt.trace.json")) - self._before)
+        self._say_short()
+
+    def _say_short(self) -> None:
+        "Warn where the fit ended before the `batches` traced batches did."
+        traced = min(max(self._seen - self.skip, 0), self.batches)
+        if traced < self.batches:
+            fix = f"pass skip={max(1, self._seen - self.batches)} or less, or fit longer"
+            what = "wrote no trace" if not traced else f"traced {traced} of the {self.batches} batches asked"
+            warnings.warn(f"TorchTrace {what}: the fit ran {self._seen} training batches, and skip={self.skip} "
+                          f"skipped the first {min(self.skip, self._seen)}; {fix}", stacklevel=3)
