@@ -13,15 +13,13 @@ frame's cost, and the drawing time as a share of the fit (the first frame with a
 Run: python benchmarks/live_frames.py [--seconds 1 3] [--plots LossPlot LRPlot GANPlot] [--max-overhead 0.1]
 """
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-from kernel import fresh_kernel  # noqa: E402
+from kernel import fresh_kernel, png_displays, results, run_cell  # noqa: E402
 
 SETUP = """
 import json, math, time
@@ -91,7 +89,7 @@ epoch_seconds = time.perf_counter() - epoch_start
 
 MAKE = {"LossPlot": "LossPlot(mode='widget'{budget})",
         "LRPlot": "LRPlot(sched_fn=lambda pct: 0.2 * (1 - pct), mode='widget'{budget})",
-        "GANPlot": "GANPlot(ring_scatter, n_samples=256, mode='widget')"}  # GANPlot takes no max_overhead
+        "GANPlot": "GANPlot(ring_scatter, n_samples=256, mode='widget'{budget})"}
 
 FIT = """
 draws.clear()
@@ -105,26 +103,10 @@ print("RESULT", json.dumps(dict(fit_start=fit_start, fit_end=fit_end, first_batc
 """
 
 
-def run_cell(kc, code: str, timeout: float = 300) -> tuple[int, dict | None]:
-    "Execute `code`; return the image/png display messages it sent and the RESULT it printed."
-    msg_id = kc.execute(code)
-    images, result, errors = 0, None, []
-    while True:
-        msg = kc.get_iopub_msg(timeout=timeout)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        kind, content = msg["msg_type"], msg["content"]
-        if kind in ("display_data", "update_display_data") and "image/png" in content["data"]:
-            images += 1
-        elif kind == "stream" and content["text"].startswith("RESULT "):
-            result = json.loads(content["text"][len("RESULT "):])
-        elif kind == "error":
-            errors.append("\n".join(content["traceback"]))
-        elif kind == "status" and content["execution_state"] == "idle":
-            break
-    if errors:
-        raise RuntimeError(errors[0])
-    return images, result
+def fit_in_kernel(kc, code: str) -> tuple[int, dict]:
+    "Run the fit `code`; the picture messages it sent and the RESULT it printed."
+    messages = run_cell(kc, code)
+    return png_displays(messages), results(messages)[-1]
 
 
 def measure(plot: str, seconds: float, max_overhead: float | None = None) -> list[dict]:
@@ -137,7 +119,7 @@ def measure(plot: str, seconds: float, max_overhead: float | None = None) -> lis
             run_cell(kc, GAN_SETUP)
             learner = "gan"
         for state in ("cold", "warm"):
-            images, r = run_cell(kc, FIT.format(make=MAKE[plot].format(budget="" if max_overhead is None else f", max_overhead={max_overhead}"),
+            images, r = fit_in_kernel(kc, FIT.format(make=MAKE[plot].format(budget="" if max_overhead is None else f", max_overhead={max_overhead}"),
                                                 seconds=seconds, learner=learner))
             rows.append(figures(plot, state, seconds, images, r))
     return rows

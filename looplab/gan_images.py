@@ -20,9 +20,10 @@ from .checks import check_int
 from .gan import GANFeeder, GANTrainer, _trainer, clamp_weights
 from .gan_panels import GANAxes
 from .learner import _length
+from .loss_plot import FitProgress
 from .recorder import _over_ranks
 from .metrics import MeanReducer
-from .widgets import LivePlot, _grown_limits
+from .widgets import _grown_limits
 
 # %% auto #0
 __all__ = ['GAN_COLUMNS', 'SCORE_COLUMNS', 'DCGANTrainer', 'TrainingMean', 'GANColumns', 'digit_grid', 'GANPlot']
@@ -131,7 +132,7 @@ def digit_grid(ax, fakes: torch.Tensor) -> None:
     n = int(math.sqrt(len(fakes)))
     images = F.pad(fakes[: n * n].reshape(n, n, 8, 8), (0, 1, 0, 1))  # a blank pixel between digits
     grid = images.permute(0, 2, 1, 3).reshape(9 * n, 9 * n)  # (row, y, column, x): rows of digits
-    ax.imshow(grid.clamp(0, 1).numpy(), cmap="gray_r", vmin=0, vmax=1)
+    ax.imshow(grid.clamp(0, 1).numpy(), cmap="gray_r", vmin=0, vmax=1, interpolation="nearest")  # pixels as they are
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_xlabel(f"{n * n} generated digits, 8×8 pixels each")
@@ -150,17 +151,32 @@ def _grow_loss_axes(panels: GANAxes, ylim: tuple[float, float] | None, x_end: in
     panels.ax_loss.set_xlim(0, x_end)
     return ylim, x_end
 
+# %% ../nbs/10b_gan_images.ipynb #7f8e9570
+def _redraw_samples(panels: GANAxes, animated: list, fakes: torch.Tensor, show_samples: Callable) -> None:
+    "`panels.show_samples` for a live figure: what `show_samples` drew last is replaced, animated; the axes are kept."
+    ax = panels.ax_samples
+    for artist in [*ax.images, *ax.collections, *ax.lines, *ax.patches, *ax.texts]:
+        artist.remove()
+        if artist in animated:
+            animated.remove(artist)
+    ax.relim()  # forget the old samples' data limits, as a cleared axes would
+    show_samples(ax, fakes)
+    for artist in [*ax.images, *ax.collections, *ax.lines, *ax.patches, *ax.texts]:
+        artist.set_animated(True)
+        animated.append(artist)
+
 # %% ../nbs/10b_gan_images.ipynb #fd88ce32
-class GANPlot(LivePlot):
-    "Live plot of the generator's and the critic's losses, and of samples from fixed noise."
+class GANPlot(FitProgress):
+    "Live plot of the generator's and the critic's losses, and of samples from fixed noise, with a progress bar or line."
     order = 85  # after the trainer and the switcher recorded the batch
     empty_hint = "train with learn.fit(..., cbs=gan_plot) first"
 
     def __init__(self, show_samples: Callable, n_samples: int = 256, every_ms: float = 250,
-                 figsize: tuple[float, float] = (9.0, 3.5), seed: int = 0, mode: str = "auto", dpi: int = 80):
+                 figsize: tuple[float, float] = (9.0, 3.5), seed: int = 0, mode: str = "auto", dpi: int = 80,
+                 max_overhead: float = 0.1, file=None):
         if not callable(show_samples):
             raise TypeError(f"show_samples must be a function (ax, fakes) -> None, such as digit_grid, got {show_samples!r}")
-        super().__init__(every_ms, mode=mode, figsize=figsize, dpi=dpi)
+        super().__init__(every_ms, max_overhead, mode, figsize, dpi, file)
         self.show_samples = show_samples  # show_samples(ax, fakes) draws a batch of generated samples
         self.n_samples = check_int("n_samples", n_samples, low=1)
         self.seed = check_int("seed", seed)
@@ -190,21 +206,32 @@ class GANPlot(LivePlot):
 
     def _artists(self, fig: Figure) -> list:
         self._live_axes = GANAxes(fig)  # built once per fit
-        return [*self._live_axes.lines, self._live_axes.ax_samples]  # what each draw draws; the rest is kept
+        self._live_axes.ax_samples.set_title("samples of the fixed noise", pad=self._live_axes.title_pad)
+        return list(self._live_axes.lines)  # the samples join at each draw
 
     def _fill(self, fig: Figure, artists: list, grow: bool) -> None:
-        self._show(self._live_axes, grow)
+        panels = self._live_axes
+        panels.show_losses(self.trainer, fit=not grow)
+        if grow:
+            self._ylim, self._x_end = _grow_loss_axes(panels, self._ylim, self._x_end, self.learn.n_iter)
+        _redraw_samples(panels, artists, self.samples(), self.show_samples)
+        if not grow:  # the last picture says when; while training, the progress label above it does
+            panels.ax_samples.set_title(f"samples after batch {self.learn.n_iter}", pad=panels.title_pad)
+            self.live.invalidate()
 
     def plot(self) -> Figure:
         "The two panels now, on a figure of their own."
         self._check_ready()
         fig = self._figure()
-        self._show(GANAxes(fig), grow=False)
+        panels = GANAxes(fig)
+        panels.show_losses(self.trainer)
+        panels.show_samples(self.samples(), self.show_samples, self.learn.n_iter)
         return fig
 
-    def _show(self, panels: GANAxes, grow: bool) -> None:
-        "The losses and fresh samples on `panels`; with `grow`, the loss axes' limits change only to hold a new point."
-        panels.show_losses(self.trainer, fit=not grow)
-        if grow:
-            self._ylim, self._x_end = _grow_loss_axes(panels, self._ylim, self._x_end, self.learn.n_iter)
-        panels.show_samples(self.samples(), self.show_samples, self.learn.n_iter)
+    def _figures(self) -> list[str]:
+        "The last losses of both networks."
+        rows = (("gen", self.trainer.gen_losses), ("crit", self.trainer.crit_losses))
+        return [f"{name} {losses[-1][1]:.3f}" for name, losses in rows if losses]
+
+    def _summary(self) -> str:
+        return " · ".join([super()._summary(), *self._figures()])

@@ -249,11 +249,15 @@ class FitProgress(LivePlot):
             self.bar.show(done, self._summary(), "success" if done >= self.bar.max else "warning")
 
     def _status(self) -> str:
-        "epoch, batch, time elapsed and left."
+        "epoch, batch, the plot's own figures, time elapsed and left."
         parts = [f"epoch {self.learn.epoch + 1}/{self.learn.n_epochs}"]
         if self._per_epoch is not None:
             parts.append(f"batch {self.learn.iter + 1}/{self._per_epoch}")
-        return " · ".join(parts + [self.time.text(self._done())])
+        return " · ".join(parts + self._figures() + [self.time.text(self._done())])
+
+    def _figures(self) -> list[str]:
+        "What a plot adds to the label, before the times (the loss, say)."
+        return []
 
     def _summary(self) -> str:
         return f"{self._done()} training batches in {_duration(self.time.clock() - self.time.start)}"
@@ -263,13 +267,12 @@ class FitProgress(LivePlot):
         super().close()
         self.bar = None
 
+# %% ../nbs/05b_loss_plot.ipynb #cc6b763f
 class LossPlot(LossChart, FitProgress):
     "Live chart of the training and validation losses, with a progress bar (in a notebook) or a progress line, and the time left."
-    def _status(self) -> str:
-        "epoch, batch, smoothed loss, time elapsed and left."
-        loss = [f"loss {self.smooth[-1]:.4f}"] if self.smooth else []
-        head, _, times = super()._status().rpartition(" · ")  # the loss before the times
-        return " · ".join([head, *loss, times])
+    def _figures(self) -> list[str]:
+        "The smoothed loss."
+        return [f"loss {self.smooth[-1]:.4f}"] if self.smooth else []
 
     def _summary(self) -> str:
         "What the fit did, in one line."

@@ -76,11 +76,11 @@ class LRPlan(LivePlot):
     def __init__(self, sched_fn: Callable[[float], float] | None = None, scheduler: Callable | None = None,
                  mom_fn: Callable[[float], float] | None = None, n_steps: int | None = None, opt=None,
                  log: bool = False, every_ms: float = 250, max_overhead: float = 0.1, mode: str = "auto",
-                 figsize: tuple[float, float] = (9.0, 3.2), dpi: int = 80):
+                 figsize: tuple[float, float] = (9.0, 3.2), dpi: int = 80, file=None):
         for name, fn in (("sched_fn", sched_fn), ("scheduler", scheduler), ("mom_fn", mom_fn)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be a function, got {fn!r}")
-        super().__init__(every_ms, max_overhead, mode, figsize, dpi)
+        super().__init__(every_ms, max_overhead, mode, figsize, dpi, file)
         self.sched_fn = sched_fn
         self.scheduler = scheduler  # a factory: optimizer -> torch.optim.lr_scheduler.LRScheduler
         self.mom_fn = mom_fn

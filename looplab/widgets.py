@@ -20,12 +20,12 @@ from matplotlib.figure import Figure
 from PIL import Image as PILImage
 
 from .callback import Callback
-from .checks import check_number
+from .checks import check_int, check_number
 from .progress import ProgressLine  # notebook 03a's, importable from here too
 
 # %% auto #0
-__all__ = ['in_notebook', 'Throttle', 'BlitFigure', 'LiveFigure', 'ShownFigure', 'FigurePlot', 'LivePlotWarning', 'LivePlotCore',
-           'LivePlot']
+__all__ = ['in_notebook', 'Throttle', 'BlitFigure', 'LiveFigure', 'check_figsize', 'ShownFigure', 'FigurePlot', 'LivePlotWarning',
+           'LivePlotCore', 'LivePlot']
 
 # %% ../nbs/05_live_plots.ipynb #af29a7df
 def in_notebook() -> bool:
@@ -45,15 +45,17 @@ def _shell():
 # %% ../nbs/05_live_plots.ipynb #4a2b5ce2
 class Throttle:
     "Says when periodic work is due: about every `every_ms` milliseconds, within `max_overhead` of the time since `start()`."
-    def __init__(self, every_ms: float = 250, max_overhead: float = 0.1, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, every_ms: float = 250, max_overhead: float = 0.1, clock: Callable[[], float] = time.perf_counter,
+                 on_time: int = 2):
         self.every_ms = check_number("every_ms", every_ms, low=0, low_open=True)
         self.max_overhead = check_number("max_overhead", max_overhead, low=0, high=1, low_open=True)
+        self.on_time = check_int("on_time", on_time, low=0)  # the first pieces wait for the interval only
         self.clock = clock  # seconds, monotonic
         self.next = -math.inf  # clock time from which the work is due
         self.budget = self  # the throttle whose budget this one charges: itself, or one it shares (`start`)
         self.began: float | None = None  # when the budget started: `start()`, else the first work's beginning
         self.n_done = 0  # pieces of work done since `start()`
-        self.spent = 0.0  # seconds of work charged to the budget: all but each plot's first piece
+        self.spent = 0.0  # seconds charged to the budget: every piece, and what `charge` adds
 
     def start(self, shared: Throttle | None = None) -> None:
         "Begin a run: the first work is due one interval from now; the budget is empty, or `shared`'s (one per fit)."
@@ -68,17 +70,21 @@ class Throttle:
         "Whether the work is due now: one clock read, cheap enough for every batch."
         return self.clock() >= self.next
 
+    def charge(self, seconds: float) -> None:
+        "Charge work done apart from the pieces (opening a figure) to the budget."
+        self.budget.spent += seconds
+
     def done(self, started: float) -> None:
-        "Record that the work, begun at clock time `started`, is finished; the first piece is free (a one-time cost)."
+        "Record that the work, begun at clock time `started`, is finished, and charge it; schedule the next piece."
         now = self.clock()
         budget = self.budget
         if budget.began is None:
             budget.began = started
-        if self.n_done > 0:
-            budget.spent += now - started
+        budget.spent += now - started
         self.n_done += 1
-        paid = budget.began + budget.spent / budget.max_overhead  # when max_overhead of the time pays for it all
-        self.next = max(now + self.every_ms / 1000, paid)
+        self.next = now + self.every_ms / 1000
+        if self.n_done >= self.on_time:  # from then on, also once max_overhead of the time has paid for all the work
+            self.next = max(self.next, budget.began + budget.spent / budget.max_overhead)
 
 # %% ../nbs/05_live_plots.ipynb #99c24844
 class BlitFigure:
@@ -192,6 +198,17 @@ def _hold_batches(axes, n: int) -> None:
         if n > ax.get_xlim()[1]:
             ax.set_xlim(0, 2 ** math.ceil(math.log2(n)))
 
+# %% ../nbs/05_live_plots.ipynb #b995d216
+def check_figsize(figsize) -> tuple[float, float] | None:
+    "`figsize` if None or (width, height) in inches, both > 0; else an error naming it."
+    if figsize is None:
+        return None
+    if not isinstance(figsize, (tuple, list)) or len(figsize) != 2:
+        raise TypeError(f"figsize must be None or (width, height) in inches, e.g. (7, 3.5), got {figsize!r}")
+    for name, value in zip(("figsize[0]", "figsize[1]"), figsize):
+        check_number(name, value, 0, low_open=True)
+    return tuple(figsize)
+
 # %% ../nbs/05_live_plots.ipynb #2550f64c
 class ShownFigure(Figure):
     "A matplotlib Figure that a notebook cell ending with it shows as a picture, whether or not pyplot has drawn."
@@ -203,8 +220,8 @@ class FigurePlot:
     empty_hint = "give it something to draw first"  # what to do when there is nothing to plot yet
 
     def __init__(self, figsize: tuple[float, float] | None = (7.0, 3.5), dpi: int = 80):
-        self.figsize = figsize
-        self.dpi = dpi
+        self.figsize = check_figsize(figsize)  # checked now, not when the first picture is drawn
+        self.dpi = check_int("dpi", dpi, 1)
 
     def _ready(self) -> bool:
         "Whether there is anything to plot."
@@ -352,6 +369,7 @@ class LivePlot(LivePlotCore, Callback):
     unique = True
 
     def on_train_begin(self):
+        started = time.perf_counter()
         self._began = False
         self._failure = None
         self._begin()
@@ -361,6 +379,7 @@ class LivePlot(LivePlotCore, Callback):
         if peer is not None and peer.line.file is self.line.file:
             self.line = peer.line  # one line for the fit's plots, each with its part
         self._open(widget, shown=_shell() is not None, peer=peer)
+        self.throttle.charge(time.perf_counter() - started)  # opening the plot is part of what it costs the fit
         self._drawing = master
         self._began = True
 

@@ -96,7 +96,7 @@ def jupyter(tmp_path):
         command.append("--allow-root")
     log_path = tmp_path / "jupyter.log"
     with open(log_path, "wb") as log, started(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root) as proc:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a loaded machine starts a server slowly
         while True:
             if proc.poll() is not None:
                 pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
@@ -105,7 +105,7 @@ def jupyter(tmp_path):
                     break
             except OSError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"jupyter lab did not answer in 60 s:\n{log_path.read_text()[-3000:]}")
+                    pytest.fail(f"waited 180 s for jupyter lab to answer /api/status:\n{log_path.read_text()[-3000:]}")
                 time.sleep(0.3)
         yield f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}", log_path
 
@@ -120,8 +120,8 @@ def save_png(src: str, name: str) -> None:
     Image.fromarray(pixels(src)).save(OUT / name)
 
 
-def wait_for(page, what, predicate, timeout: float, log_path: Path):
-    "Poll DEMO_JS or STATE_JS until `predicate` holds; fail with the state and the server log after `timeout` s."
+def wait_for(page, what, predicate, timeout: float, log_path: Path, waiting_for: str = "the page"):
+    "Poll DEMO_JS or STATE_JS until `predicate` holds; fail, saying what it waited for, with the state and the server log after `timeout` s."
     deadline = time.monotonic() + timeout
     while True:
         state = page.evaluate(what)
@@ -131,7 +131,7 @@ def wait_for(page, what, predicate, timeout: float, log_path: Path):
             page.screenshot(path=str(OUT / "timeout.png"))
             shown = {key: [src[:40] + "..." for src in value] if key == "images" else value
                      for key, value in (state or {}).items()}
-            pytest.fail(f"timed out after {timeout} s; last state {shown}\n{log_path.read_text()[-2000:]}")
+            pytest.fail(f"waited {timeout} s for {waiting_for}; last state {shown}\n{log_path.read_text()[-2000:]}")
         time.sleep(0.1)
 
 
@@ -140,17 +140,18 @@ def test_live_plots_render_and_move_in_jupyterlab(jupyter):
     OUT.mkdir(parents=True, exist_ok=True)
     with chromium_context(log_path.parent / "chromium-profile", viewport={"width": 1280, "height": 1000}) as context:
         page = context.pages[0] if context.pages else context.new_page()
-        page.goto(url, timeout=60_000)
+        page.goto(url, timeout=180_000)  # generous: a loaded machine serves JupyterLab slowly
         page.wait_for_function(f"() => {NOTEBOOK_JS}?.sessionContext?.session?.kernel?.status === 'idle'",
-                               timeout=90_000)
+                               timeout=300_000)
         page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # not awaited
 
-        first = wait_for(page, DEMO_JS, lambda s: s and s["running"] and len(s["images"]) >= 2, 100, log_path)
+        first = wait_for(page, DEMO_JS, lambda s: s and s["running"] and len(s["images"]) >= 2, 300, log_path,
+                         "the demo cell to run with both live pictures shown")
         page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "moment1.png"))
         assert first["progress_bars"] == 1, "the progress bar widget did not render"
         loss1, lr1 = first["images"][:2]
         # the second moment: both pictures redrawn, and the loss picture seen in at least three states while the
-        # demo trains (frames keep coming a few times a second: the first frame's cost never delays the next)
+        # demo trains (frames keep coming while the budget allows: the first two on time, then a few a second)
         seen = {loss1}
 
         def moved(state):
@@ -159,7 +160,7 @@ def test_live_plots_render_and_move_in_jupyterlab(jupyter):
             return not state["running"] or (len(seen) >= 3 and state["images"][0] != loss1
                                             and state["images"][1] != lr1)
 
-        second = wait_for(page, DEMO_JS, moved, 30, log_path)
+        second = wait_for(page, DEMO_JS, moved, 120, log_path, "both pictures redrawn, the loss one twice")
         page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "moment2.png"))
         assert second["running"], (f"training ended before both plots were redrawn: raise DEMO_EPOCHS "
                                    f"({DEMO_EPOCHS}) so that two moments fall during training")
@@ -174,7 +175,8 @@ def test_live_plots_render_and_move_in_jupyterlab(jupyter):
         assert (pixels(lr1) != pixels(lr2)).any(), "the LR plot did not change during training"
 
         done = wait_for(page, STATE_JS, lambda s: not s["busy"] and s["kernel"] == "idle"
-                        and (s["missing"] == 0 or s["errors"]), 100, log_path)
+                        and (s["missing"] == 0 or s["errors"]), 300, log_path,
+                        "every cell to finish")
         assert not done["errors"], f"cells raised: {done['errors']}"
         n_code = sum(c["cell_type"] == "code" for c in json.loads((ROOT / "nbs" / NOTEBOOK).read_text())["cells"])
         assert done["missing"] == 0 and done["n_cells"] == n_code, (done, n_code)  # every code cell ran

@@ -227,10 +227,11 @@ def test_gan_plot_widget_mode_keeps_the_loss_axes_redraws_the_samples_and_leaves
     alone.fit(1)
     live = plot.live
     ax_loss, ax_samples = live.fig.axes
-    assert live.animated == [*ax_loss.lines, ax_samples]  # the two series and the samples panel; the rest is kept
+    # the two series and what show_samples drew last; the rest, the samples' axes and title too, is kept
+    assert live.animated == [*ax_loss.lines, *ax_samples.collections]
     assert live.n_draws == 8 + 1 and live.n_full_draws <= 4  # blitted: the first, a few growing limits, the last
     assert check.same  # a blitted frame is the picture a full draw makes
-    assert len(ax_samples.collections) == 2 and ax_samples.get_title() == f"samples after batch {learn.n_iter}"  # cleared
+    assert len(ax_samples.collections) == 2 and ax_samples.get_title() == f"samples after batch {learn.n_iter}"  # replaced
     assert live.png[:8] == PNG
     assert all(torch.equal(a, b) for a, b in zip(learn.model.parameters(), alone.model.parameters()))  # fixed noise of its own
 
@@ -393,3 +394,24 @@ def test_a_sigmoid_ended_critic_is_refused_before_the_first_batch_with_the_fix()
         learn.fit(1)
     wgan = ring_learner("wgan", critic=nn.Sequential(mlp(2, 1), nn.Sigmoid()), n=256)
     wgan.fit(1)  # WGAN's losses take any score: a sigmoid there is odd, not wrong
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_gan_plot_in_a_script_writes_a_progress_line_and_a_summary(monkeypatch):
+    monkeypatch.setattr(Throttle, "due", lambda self: True)
+    term = Terminal()
+    plot = GANPlot(ring_scatter(make_rings(256, std=0.1, seed=0)[0]), mode="text", file=term)
+    ring_learner(cbs=[plot], n=512).fit(2)
+    lines = term.getvalue().split("\n")
+    progress = [r.rstrip() for line in lines for r in line.split("\r")[:-1] if r.strip()]
+    finished = [line.split("\r")[-1] for line in lines if line.split("\r")[-1].strip()]
+    pattern = (r"epoch [12]/2 · batch \d+/8( · gen -?\d+\.\d{3})? · crit -?\d+\.\d{3} · "
+               r"\d:\d\d elapsed( · \d:\d\d left)?")
+    assert progress and [line for line in progress if not re.fullmatch(pattern, line)] == []
+    assert all(len(line) <= 79 for line in progress)
+    assert len(finished) == 1 and re.fullmatch(r"GANPlot: 16 training batches in \d:\d\d · gen -?\d+\.\d{3} · "
+                                               r"crit -?\d+\.\d{3}", finished[0]), finished

@@ -160,7 +160,7 @@ def test_gan_plot_frames_keep_the_legend_off_the_points_and_the_labels_inside(al
     learn.fit(2)
     assert seen == [[]]  # the live frame mid-fit
     ax_loss, ax_samples = plot.live.fig.axes
-    assert plot.live.animated == [*ax_loss.lines, ax_samples]  # the legend is no part of what each frame redraws
+    assert plot.live.animated == [*ax_loss.lines, *ax_samples.images]  # the legend is no part of what a frame redraws
     for fig in (plot.live.fig, plot.plot()):  # the last frame, and the static picture
         assert check_clean(fig) == []
         renderer = extents(fig)

@@ -319,3 +319,87 @@ def test_compare_runs_bad_input():
         compare_runs({"x": [1.0, 2.0]})
     with pytest.raises(ValueError, match="'fresh' has no training batch"):
         compare_runs({"fresh": make_learner()})
+
+
+# --- text mode: every plot, one line shared, 80 columns; and after Stop ------------------------------------------
+
+def terminal_parts(text: str) -> tuple[list[str], list[str]]:
+    "What a terminal got: the progress lines (each rewrite of the line, blanks aside) and the finished lines."
+    progress, finished = [], []
+    for line in text.split("\n"):
+        *rewrites, last = line.split("\r")
+        progress += [r.rstrip() for r in rewrites if r.strip()]
+        if last.strip():
+            finished.append(last)
+    return progress, finished
+
+
+def test_lr_plot_on_a_terminal_writes_a_progress_line_and_a_summary(always_due):
+    from looplab.lr_plot import LRPlot
+    from looplab.schedule import ParamScheduler
+    term = FakeTerminal()
+    sched = lambda pct: 0.1 * (1 - pct)
+    make_learner().fit(2, cbs=[ParamScheduler({"lr": sched}), LRPlot(sched_fn=sched, mode="text", file=term)])
+    progress, finished = terminal_parts(term.getvalue())
+    assert progress and all(re.fullmatch(r"step \d+/32 · lr \d\.\d+(e-\d+)?", line) for line in progress), progress
+    assert finished == ["LRPlot: 32 steps, lr 0.1 → 0.00313 (between 0.00313 and 0.1)"]
+
+
+def test_two_plots_share_one_line_of_80_columns_and_finish_on_lines_of_their_own(always_due):
+    from looplab.lr_plot import LRPlot
+    term = FakeTerminal()
+    loss_plot = LossPlot(mode="text", file=term)
+    lr_plot = LRPlot(sched_fn=lambda pct: 0.1 * (1 - pct), mode="text", file=term)
+    make_learner().fit(2, cbs=[loss_plot, lr_plot])
+    progress, finished = terminal_parts(term.getvalue())
+    shared = [line for line in progress if " | step " in line]
+    assert shared and all(line.startswith("epoch ") for line in shared)  # one line, both parts, never two lines
+    assert all(len(line) <= 79 for line in progress)  # the last column would wrap
+    assert [line.split(":")[0] for line in finished] == ["LossPlot", "LRPlot"]  # one each, not written over
+    assert all(len(line) <= 80 and "…" not in line for line in finished)
+
+
+def test_a_long_summary_wraps_at_80_columns_and_loses_nothing():
+    from looplab.progress import ProgressLine
+    out = io.StringIO()
+    text = "LossPlot: " + " · ".join(f"part {i} of a long summary" for i in range(8))
+    ProgressLine(out).finish(text)
+    lines = out.getvalue().splitlines()
+    assert len(lines) > 1 and all(len(line) <= 80 for line in lines)
+    assert " ".join(line.strip() for line in lines) == text
+
+
+class PressStop(Callback):
+    "Sends SIGINT to this process, as Jupyter's Stop button does, after training batch `at`."
+    order = 200
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def on_batch_end(self):
+        if self.learn.training and self.learn.n_iter == self.at:
+            import os
+            import signal
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+class SlowLastDraw(LossPlot):
+    "A LossPlot whose last draw gets a second Stop press while it draws, as a slow final frame does 0.5 s later."
+    def _fill(self, fig, lines, grow):
+        if not grow:
+            import os
+            import signal
+            os.kill(os.getpid(), signal.SIGINT)
+        super()._fill(fig, lines, grow)
+
+
+@pytest.mark.parametrize("second_press", [False, True])
+def test_after_stop_the_axes_fit_what_was_done_and_a_second_press_keeps_the_reason(second_press):
+    learn = make_learner(dls=make_dls(n=1024))
+    plot = (SlowLastDraw if second_press else LossPlot)(mode="widget")
+    with pytest.raises(KeyboardInterrupt) as info:
+        learn.fit(5, cbs=[plot, PressStop(at=20)])
+    message = str(info.value)
+    assert message.startswith("fit stopped by KeyboardInterrupt at epoch 1/5, after batch 20/64") and "\n" not in message
+    assert plot.live.n_draws >= 1 and len(plot.losses) == 20
+    assert plot.live.fig.axes[0].get_xlim() == (0, 20)  # the 20 batches done, not the 320 planned

@@ -24,6 +24,11 @@ class Clock:
 def frames(throttle: Throttle, clock: Clock, seconds: float, batch: float, cost) -> list[float]:
     "Run a fit of `seconds` in batches of `batch` s, drawing whenever due; `cost(i)` is the i-th draw's seconds."
     throttle.start()
+    return frames_from_now(throttle, clock, seconds, batch, cost)
+
+
+def frames_from_now(throttle: Throttle, clock: Clock, seconds: float, batch: float, cost) -> list[float]:
+    "`frames` on a throttle already started."
     drawn = []
     end = clock.now + seconds
     while clock.now < end:
@@ -52,36 +57,40 @@ def test_the_first_frame_comes_one_interval_after_start_or_at_the_first_batch_af
 
 
 @pytest.mark.parametrize("cold", [0.05, 1.0, 3.0])
-def test_a_cold_first_draw_is_never_multiplied_into_the_wait(cold):
+def test_a_cold_first_draw_is_charged_but_the_second_frame_comes_on_time(cold):
     clock = Clock()
     throttle = Throttle(every_ms=250, max_overhead=0.1, clock=clock)
-    drawn = frames(throttle, clock, seconds=cold + 3.0, batch=0.01, cost=lambda i: cold if i == 0 else 0.01)
+    drawn = frames(throttle, clock, seconds=cold / 0.1 + 3.0, batch=0.01, cost=lambda i: cold if i == 0 else 0.01)
     # the second frame comes one interval after the first one ended, however long that took
     assert drawn[1] - (drawn[0] + cold) == pytest.approx(0.25, abs=0.011)
+    # the third waits until a tenth of the time since start() has paid for both
+    assert drawn[2] >= (cold + 0.01) / 0.1 - 0.011
+    assert throttle.spent == pytest.approx(cold + 0.01 * (len(drawn) - 1))
     assert len(drawn) >= 6
 
 
 @pytest.mark.parametrize("seconds, at_least", [(1.0, 2), (3.0, 6)])
-@pytest.mark.parametrize("max_overhead", [0.05, 0.1, 0.15])
-def test_frames_keep_coming_with_no_gap_over_a_second(seconds, at_least, max_overhead):
+@pytest.mark.parametrize("max_overhead", [0.1, 0.15])  # the default budget, or a larger one
+def test_a_fit_shows_frames_while_it_trains_with_everything_charged(seconds, at_least, max_overhead):
     clock = Clock()
     throttle = Throttle(every_ms=250, max_overhead=max_overhead, clock=clock)
-    drawn = frames(throttle, clock, seconds, batch=0.005, cost=lambda i: 0.2 if i == 0 else 0.012)
+    throttle.start()
+    throttle.charge(0.05)  # opening the figure
+    clock.now += 0.05
+    drawn = frames_from_now(throttle, clock, seconds - 0.05, batch=0.005, cost=lambda i: 0.1 if i == 0 else 0.012)
     assert len(drawn) >= at_least
     assert drawn[0] <= 0.5
-    ends = drawn + [seconds]
-    assert max(b - a for a, b in zip(ends, ends[1:])) <= 1.0
+    assert throttle.spent == pytest.approx(0.05 + 0.1 + 0.012 * (len(drawn) - 1))
 
 
 @pytest.mark.parametrize("cost", [0.005, 0.03, 0.1, 0.4])
 @pytest.mark.parametrize("max_overhead", [0.05, 0.1, 0.15])
-def test_drawing_after_the_first_frame_stays_within_the_share(cost, max_overhead):
+def test_drawing_stays_within_the_share(cost, max_overhead):
     clock = Clock()
     throttle = Throttle(every_ms=100, max_overhead=max_overhead, clock=clock)
     drawn = frames(throttle, clock, seconds=60.0, batch=0.003, cost=lambda i: cost)
-    charged = (len(drawn) - 1) * cost
-    assert throttle.spent == pytest.approx(charged)
-    assert charged <= max_overhead * clock.now + cost  # over the share by one draw at most
+    assert throttle.spent == pytest.approx(len(drawn) * cost)  # every frame, the first ones too
+    assert throttle.spent <= max_overhead * clock.now + cost  # over the share by one draw at most
     assert len(drawn) >= 0.5 * min(60 / (0.1 + cost), max_overhead * 60 / cost)  # and the budget is used
 
 
@@ -90,8 +99,19 @@ def test_work_without_start_budgets_from_the_first_work():
     throttle = Throttle(every_ms=100, max_overhead=0.1, clock=clock)
     assert throttle.due()
     clock.now = 5.2
-    throttle.done(started=5.0)  # free
-    assert (throttle.began, throttle.spent, throttle.next) == (5.0, 0.0, pytest.approx(5.3))
+    throttle.done(started=5.0)  # charged; the first piece sets no wait beyond the interval
+    assert (throttle.began, throttle.spent, throttle.next) == (5.0, pytest.approx(0.2), pytest.approx(5.3))
+
+
+def test_charges_of_plots_that_share_a_budget_add_up():
+    clock = Clock()
+    first = Throttle(every_ms=250, max_overhead=0.1, clock=clock)
+    second = Throttle(every_ms=250, max_overhead=0.1, clock=clock)
+    first.start()
+    second.start(shared=first)
+    first.charge(0.03)
+    second.charge(0.02)  # each plot's figure goes to the one budget
+    assert first.spent == pytest.approx(0.05) and second.budget is first
 
 
 # --- what a fit leaves in the output: a picture or a true line, never the placeholder -------------------------

@@ -63,25 +63,24 @@ def test_in_test_means_no_frontend(monkeypatch):
 # --- throttle, progress line, helpers -------------------------------------------------------------------------
 
 def test_throttle_spaces_work_by_every_ms_and_by_its_cost():
-    # Changed with the frame-rate rule (issue 34): the first work after start() is free, and the budget is the
-    # running share of the time since start(), not one piece's cost divided by max_overhead.
+    # every piece is charged; the first two wait for the interval only, later ones also for the budget
     now = [10.0]
     throttle = Throttle(every_ms=100, max_overhead=0.1, clock=lambda: now[0])
     throttle.start()
     assert not throttle.due()
     now[0] = 10.1
     assert throttle.due()
-    throttle.done(started=10.05)  # the first piece: free, the next is one interval later
+    throttle.done(started=10.05)  # the first piece, 50 ms, charged: the next is one interval later all the same
     now[0] = 10.19
     assert not throttle.due()
     now[0] = 10.2
     assert throttle.due()
     now[0] = 10.25
-    throttle.done(started=10.2)  # 50 ms of work at 10 %: paid once 0.5 s have gone by since start()
-    assert throttle.next == pytest.approx(10.5)
-    now[0] = 10.49
+    throttle.done(started=10.2)  # 50 ms more: 100 ms at 10 % is paid once 1 s has gone by since start()
+    assert throttle.spent == pytest.approx(0.1) and throttle.next == pytest.approx(11.0)
+    now[0] = 10.99
     assert not throttle.due()
-    now[0] = 10.51
+    now[0] = 11.01
     assert throttle.due()
 
 
