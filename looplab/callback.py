@@ -13,6 +13,16 @@ __all__ = ['EVENTS', 'CancelException', 'CancelFitException', 'CancelEpochExcept
            'CancelBatchException', 'CancelBackwardException', 'CancelStepException', 'CancelZeroGradException',
            'Callback', 'CallbackError', 'CallbackHandler']
 
+# %% ../nbs/02_callbacks.ipynb #dc474273
+EVENTS = ("on_train_begin", "on_epoch_begin",
+          "on_batch_begin", "on_loss_begin",
+          "on_backward_begin", "on_backward_end", "on_backward_cancel",
+          "on_step_begin", "on_step_end", "on_step_cancel",
+          "on_zero_grad_begin", "on_zero_grad_end", "on_zero_grad_cancel",
+          "on_batch_end", "on_batch_cancel",
+          "on_validate_begin", "on_validate_end", "on_validate_cancel",
+          "on_epoch_end", "on_epoch_cancel", "on_train_end")
+
 # %% ../nbs/02_callbacks.ipynb #7e2de6f4
 class CancelException(Exception):
     "Base class of the exceptions a callback raises to skip part of the training loop."
@@ -37,16 +47,6 @@ class CancelStepException(CancelException):
 
 class CancelZeroGradException(CancelException):
     "Skip `zero_grad`, so that gradients accumulate into the next batch; `on_zero_grad_cancel` runs."
-
-# %% ../nbs/02_callbacks.ipynb #dc474273
-EVENTS = ("on_train_begin", "on_epoch_begin",
-          "on_batch_begin", "on_loss_begin",
-          "on_backward_begin", "on_backward_end", "on_backward_cancel",
-          "on_step_begin", "on_step_end", "on_step_cancel",
-          "on_zero_grad_begin", "on_zero_grad_end", "on_zero_grad_cancel",
-          "on_batch_end", "on_batch_cancel",
-          "on_validate_begin", "on_validate_end", "on_validate_cancel",
-          "on_epoch_end", "on_epoch_cancel", "on_train_end")
 
 # %% ../nbs/02_callbacks.ipynb #f1519a55
 def _snake(name: str) -> str:

@@ -73,6 +73,14 @@ class LRFinder(Callback):
         raise CancelValidateException()  # the sweep only looks at training losses
 
 # %% ../nbs/06b_lr_finder.ipynb #1d9cb429
+def _dip_range(losses: list[float], smooth: list[float]) -> tuple[float, float]:
+    "A y range from the lowest loss before the smoothed minimum to a little above the start: the dip, not the explosion."
+    lowest = int(np.nanargmin(smooth))
+    seen = [v for v in [*losses[:lowest + 1], *smooth[:lowest + 1]] if math.isfinite(v)]
+    bottom = min(seen)
+    top = smooth[0] + 0.2 * (smooth[0] - bottom)
+    return bottom - 0.05 * (top - bottom), top
+
 class LRFindResult(FigurePlot):
     "What an LR sweep saw: the LRs, losses and smoothed losses, the suggestions, and a plot."
     def __init__(self, finder: LRFinder):
@@ -85,19 +93,21 @@ class LRFindResult(FigurePlot):
 
     def plot(self, ax=None) -> Figure:
         "Loss against LR on a log axis, with the suggestions marked."
-        if ax is None:
+        own = ax is None
+        if own:
             ax = self._figure().add_subplot()
         ax.plot(self.lrs, self.losses, alpha=0.3, label="loss (batch)")
         ax.plot(self.lrs, self.smooth, label="loss (smoothed)")
         for i, (rule, lr) in enumerate(self.suggestions.items()):
             ax.axvline(lr, color=f"C{i + 2}", linestyle="--", label=f"{rule}: {lr:.2e}")
         ax.set_xscale("log")
-        finite = [v for v in self.smooth if math.isfinite(v)]
-        ax.set_ylim(min(finite) * 0.9, min(max(finite), 4 * min(finite)) * 1.1)
+        ax.set_ylim(*_dip_range(self.losses, self.smooth))
         ax.set_title("LR finder")
         ax.set_xlabel("learning rate (log scale)")
         ax.set_ylabel("training loss")
         ax.legend(fontsize="small")
+        if own:
+            ax.figure.tight_layout()  # the axis labels inside the picture
         return ax.figure
 
     def __repr__(self) -> str:

@@ -255,6 +255,7 @@ class Recorder(EpochRecorder):
     def __init__(self):
         super().__init__()
         self.fits: list[tuple[int, float]] = []  # each fit's first training batch and the β its smoothing uses
+        self._beta_at_end = False  # True while a fit runs whose length was unknown at its start
 
     @property
     def lrs(self) -> list[float]:
@@ -268,7 +269,16 @@ class Recorder(EpochRecorder):
 
     def on_train_begin(self):
         super().on_train_begin()
-        self.fits.append((len(self.losses) + len(self._pending), smoothing_beta(fit_batches(self.learn))))
+        planned = fit_batches(self.learn)
+        self._beta_at_end = planned is None
+        self.fits.append((len(self.losses) + len(self._pending), smoothing_beta(planned)))
+
+    def on_train_end(self):
+        super().on_train_end()
+        if self._beta_at_end:  # the loop did not say how long the fit was: β from the batches it ran
+            start, _ = self.fits[-1]
+            self.fits[-1] = (start, smoothing_beta(len(self.losses) - start))
+            self._beta_at_end = False
 
     def smooth_losses(self, beta: float | None = None) -> list[float]:
         "The batch losses smoothed by `smooth`, afresh for each fit, with its own β (`beta`, if given, for all)."
@@ -305,10 +315,10 @@ class Recorder(EpochRecorder):
 
 # %% ../nbs/03b_recorder.ipynb #d9a3e4f6
 def _loss_labels(ax, log: bool) -> None:
-    "Title, axis labels, log scale, and the legend in a row above the curves, under the title: never over the data."
+    "Title, axis labels, log scale, and the legend right of the curves: off the data, and clear of any title set later."
     ax.set_xlabel("training batch")
     ax.set_ylabel("loss")
     if log:
         ax.set_yscale("log")
-    ax.legend(loc="lower left", bbox_to_anchor=(0, 1), ncols=3, frameon=False, fontsize="small", borderaxespad=0.2)
-    ax.set_title("Loss", pad=22)  # above the legend's row
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize="small", borderaxespad=0)
+    ax.set_title("Loss")

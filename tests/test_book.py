@@ -3,7 +3,8 @@
 
 Every page loads, every picture on it has loaded (`naturalWidth > 0`) and there are as many as the notebook's
 committed outputs hold, no page shows matplotlib's bare `<Figure size ...>` text, every link between pages resolves,
-and each notebook page links to the previous and the next one. The math is drawn as math (MathML written when the book
+and each notebook page links to the previous and the next one along the first-read route, and to the deep dives
+read beside it. The math is drawn as math (MathML written when the book
 is built): no page's prose shows `$…$` TeX, and no page asks for anything but the book's own files. Screenshots of
 the index, 06's and 10's pages, and of 09's math, go to test-output/book/."""
 import functools
@@ -104,12 +105,15 @@ def test_book_pages_render_with_their_pictures_and_links(book):
             if response.status != 200:
                 problems.append(f"a link to {target} gives HTTP {response.status}")
     assert not problems, "\n".join(problems)
-    stems = make_docs.reading_order([name[:-len(".html")] for name in chapters])
-    order = ["index.html"] + [f"{stem}.html" for stem in stems]
-    assert order[1] == "01_bare_loop.html" and order[-1] == "00_checks.html", order  # the tour first; 00 is a reference
-    for i, name in enumerate(order):  # previous/next go through the tour in reading order
-        assert seen[name]["prev"] == (order[i - 1] if i > 0 else None), (name, seen[name]["prev"])
-        assert seen[name]["next"] == (order[i + 1] if i + 1 < len(order) else None), (name, seen[name]["next"])
+    notebooks = {p.stem: nbformat.read(p, as_version=4) for p in (ROOT / "nbs").glob("*.ipynb")}
+    navigation = make_docs.book_navigation(notebooks)  # next along the route; a deep dive back to its stop, and on
+    assert navigation["index"]["next"] == "01_bare_loop", navigation["index"]
+    order = [f"{stem}.html" for stem in navigation]
+    for stem, where in navigation.items():
+        name = f"{stem}.html"
+        assert seen[name]["prev"] == (f"{where['prev']}.html" if where["prev"] else None), (name, seen[name]["prev"])
+        assert seen[name]["next"] == (f"{where['next']}.html" if where["next"] else None), (name, seen[name]["next"])
+        assert all(f"{dive}.html" in seen[name]["links"] for dive in where["dives"]), (name, where["dives"])
     for name in chapters:  # every picture the notebook carries is on its page
         expected = committed_pictures(name[:-len(".html")])
         assert len(seen[name]["images"]) >= expected, (name, len(seen[name]["images"]), expected)

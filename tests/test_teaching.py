@@ -1,6 +1,6 @@
 """The tour as a student reads it: every "Try it" is an experiment whose committed output is a picture or a table
 and which no assert can stop; every notebook has one door (`## Second read`) before which its first read ends,
-and the route of first reads stays about two hours long and shows a picture at every stop; the prose speaks of
+and the route of first reads fits two hours by the rule of tools/sizes.py and shows a picture at every stop; the prose speaks of
 the kit as it is; every pointer to "notebook NN" names a notebook that exists; every notebook's map row is in the
 README."""
 import json
@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-from sizes import DOOR, ROUTE_CODE_LINES, ROUTE_WORDS, is_door, route  # noqa: E402
+from sizes import DOOR, ROUTE_MINUTES, is_door, minutes, route, route_size  # noqa: E402
 
 TOUR = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if p.stem != "index")
 STEMS = {p.stem for p in TOUR}
@@ -79,13 +79,13 @@ def test_one_door_per_notebook(path):
 ROUTE = route()
 
 
-def test_the_first_read_is_about_two_hours():
-    on_route = [cs for _, cs in ROUTE if cs is not None]
-    n_words = sum(len(source(c).split()) for cs in on_route for c in cs if c["cell_type"] == "markdown")
-    n_code = sum(len(source(c).splitlines()) for cs in on_route for c in cs if c["cell_type"] == "code")
-    assert n_words <= ROUTE_WORDS and n_code <= ROUTE_CODE_LINES, \
-        f"the first read is {n_words} words and {n_code} code lines (at most {ROUTE_WORDS} and {ROUTE_CODE_LINES}): " \
-        "python tools/sizes.py --first-read shows where"
+def test_the_first_read_fits_two_hours_by_the_rule():
+    "words/150 + code lines/30 + half a minute a picture, over every first read of the route."
+    n_words, n_code, n_pictures, _ = route_size()
+    total = minutes(n_words, n_code, n_pictures)
+    assert total <= ROUTE_MINUTES, \
+        f"the first read is {total:.0f} min by the rule ({n_words} words, {n_code} code lines, {n_pictures} pictures; " \
+        f"at most {ROUTE_MINUTES}): python tools/sizes.py --first-read shows where"
 
 
 @pytest.mark.parametrize("name, first", [r for r in ROUTE if r[1] is not None], ids=lambda v: v if isinstance(v, str) else "")
@@ -126,17 +126,17 @@ def test_every_notebook_has_a_row_in_the_readme_map():
 
 
 def test_the_readme_states_the_route_and_its_size_as_measured():
-    "The README's route (the notebooks, in order) and its size are the route's own: a number quoted is a number measured."
+    "The README's route (the notebooks, in order), its size and its time by the rule are the route's own."
     readme = " ".join((ROOT / "README.md").read_text().split())
-    found = re.search(r"3,000 code lines: ((?:`\w+` → )+`\w+`): ([\d,]+) words of prose and ([\d,]+) code lines "
-                      r"in ([\d,]+) cells", readme)
-    assert found, "README.md no longer states the route and its size after '3,000 code lines:'"
+    found = re.search(r"the route is: ((?:`\w+` → )+`\w+`): ([\d,]+) words of prose, ([\d,]+) code lines and "
+                      r"([\d,]+) pictures in ([\d,]+) cells, which the rule makes ([\d,]+) minutes", readme)
+    assert found, "README.md no longer states the route, its size and its minutes after 'the route is:'"
     on_route = [(name, cs) for name, cs in ROUTE if cs is not None]
     assert re.findall(r"`(\w+)`", found.group(1)) == [name for name, _ in on_route], \
         "README.md's route is not the notebooks that have a first read, in order: fix nbs/index.ipynb, then make the README"
-    measured = (sum(len(source(c).split()) for _, cs in on_route for c in cs if c["cell_type"] == "markdown"),
-                sum(len(source(c).splitlines()) for _, cs in on_route for c in cs if c["cell_type"] == "code"),
-                sum(len(cs) for _, cs in on_route))
+    n_words, n_code, n_pictures, n_cells = route_size()
+    measured = (n_words, n_code, n_pictures, n_cells, round(minutes(n_words, n_code, n_pictures)))
     stated = tuple(int(g.replace(",", "")) for g in found.groups()[1:])
-    assert stated == measured, (f"README.md says the route is {stated} (words, code lines, cells); it measures "
-                                f"{measured} (python tools/sizes.py --first-read): fix nbs/index.ipynb, then make the README")
+    assert stated == measured, (f"README.md says the route is {stated} (words, code lines, pictures, cells, minutes); "
+                                f"it measures {measured}: paste python tools/sizes.py --route-sentence into nbs/index.ipynb, "
+                                "then make the README")

@@ -4,7 +4,8 @@ Usage: make_docs.py [OUT_DIR]
 
 - `index.html`: nbs/index.ipynb (the map), its notebook and module names linked;
 - one page per notebook, as JupyterLab shows it with its committed outputs (nbconvert's lab template), with
-  previous/next navigation and a link to the module it exports;
+  previous/next navigation along the first-read route (`tools/sizes.py`), links from each stop to the deep dives
+  read beside it (a deep dive's page leads back to its stop, and on to the next), and a link to its module;
 - `api/<module>.html`: each module's exported names, their signatures and docstrings, and the comments on their
   parameters (what nbdev's `show_doc` gives).
 
@@ -36,6 +37,9 @@ from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath, MathInlineParser
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sizes import route  # noqa: E402  the first-read route: which notebooks are stops, in reading order
+
 TEMPLATES = Path(__file__).resolve().parent / "book"
 DEFAULT_EXP_CELL = re.compile(r"#\|\s*default_exp\s+\S+")  # a cell that only names the module the notebook exports
 
@@ -70,26 +74,35 @@ def link(href: str, text: str, rel: str = "") -> str:
 
 
 def nav(root: str, prev: tuple[str, str] | None, next_: tuple[str, str] | None, module: str | None,
-        where: str) -> str:
-    "The book's navigation bar: the map, previous and next page, the page's module."
+        where: str, dives: list[tuple[str, str]] = ()) -> str:
+    "The book's navigation bar: the map, previous and next page, the deep dives read beside this page, its module."
     parts = [f'<span class="book-home">{link(root + "index.html", "looplab: the map")}</span>']
     parts.append(f'<span class="book-prev">{"← " + link(prev[0], prev[1], "prev") if prev else ""}</span>')
     parts.append(f'<span class="book-next">{link(next_[0], next_[1], "next") + " →" if next_ else ""}</span>')
+    if dives:
+        parts.append('<span class="book-dives">deep dives here: '
+                     + ", ".join(link(href, text) for href, text in dives) + "</span>")
     if module:
         parts.append(f'<span class="book-module">module {link(root + "api/" + module + ".html", module)}</span>')
     return f'<nav class="book-nav book-nav-{where}">{"".join(parts)}</nav>'
 
 
 def link_names(body: str, stems: set[str], modules: set[str], root: str) -> str:
-    "Turn inline code that names a notebook or a module into a link to its page."
+    "Turn inline code that names a notebook or a module into a link to its page; a notebook's `.ipynb` link to its page."
+    def page_href(match: re.Match) -> str:
+        return f'href="{root}{match.group(1)}.html"' if match.group(1) in stems else match.group(0)
+    body = re.sub(r'href="(?:\./)?([A-Za-z0-9_]+)\.ipynb"', page_href, body)
+
     def replace(match: re.Match) -> str:
+        if match.group(1) is None:  # a whole link: its code is already linked
+            return match.group(0)
         name = match.group(1)
         if name in stems:
             return f'<a href="{root}{name}.html"><code>{name}</code></a>'
         if name in modules:
             return f'<a href="{root}api/{name}.html"><code>{name}</code></a>'
         return match.group(0)
-    return re.sub(r"<code>([A-Za-z0-9_.]+)</code>", replace, body)
+    return re.sub(r"<a\b[^>]*>.*?</a>|<code>([A-Za-z0-9_.]+)</code>", replace, body, flags=re.S)
 
 
 # --- math as MathML -------------------------------------------------------------------------------------------
@@ -246,10 +259,43 @@ def html_page(title: str, body: str, root: str) -> str:
 
 # --- the book -------------------------------------------------------------------------------------------------
 
-def reading_order(stems: list[str]) -> list[str]:
-    "The notebooks in the order the book's previous/next links take: the tour from 01 on, then the references (00)."
-    tour = sorted(s for s in stems if not s.startswith("00_"))
-    return tour + sorted(s for s in stems if s.startswith("00_"))
+READ_AFTER = re.compile(r"read (?:it )?after (?:notebook )?`?(\d\d[a-z]?)((?:_[a-z0-9]+)*)")
+
+
+def route_stops() -> list[str]:
+    "The notebooks with a first read, in reading order: the pages the book's previous/next links walk."
+    return [stem for stem, cells in route() if cells is not None]
+
+
+def stop_of(stem: str, nb, stops: list[str]) -> str:
+    "The route stop a deep dive is read beside: the one its opening names ('read after …'), else the last stop before it."
+    opening = " ".join(c.source for c in nb.cells[:4] if c.cell_type == "markdown")
+    found = READ_AFTER.search(opening)
+    if found:
+        name = found.group(1) + found.group(2)
+        named = [s for s in stops if s == name] or [s for s in stops if s.split("_")[0] == found.group(1)]
+        if len(named) == 1:
+            return named[0]
+    before = [s for s in stops if s < stem]
+    return before[-1] if before else "index"
+
+
+def book_navigation(notebooks: dict) -> dict[str, dict]:
+    "For each page (the map `index`, each notebook): its `prev` and `next` page and the deep `dives` read beside it."
+    stops = route_stops()
+    walk = ["index"] + stops
+    dives = {stop: [] for stop in walk}
+    for stem in sorted(notebooks):
+        if stem != "index" and stem not in stops:
+            dives[stop_of(stem, notebooks[stem], stops)].append(stem)
+    pages = {}
+    for i, stem in enumerate(walk):
+        pages[stem] = {"prev": walk[i - 1] if i > 0 else None, "next": walk[i + 1] if i + 1 < len(walk) else None,
+                       "dives": dives[stem]}
+    for stop, beside in dives.items():
+        for stem in beside:  # back to its stop, on along the route
+            pages[stem] = {"prev": stop, "next": pages[stop]["next"], "dives": []}
+    return pages
 
 
 def build(out: Path) -> list[Path]:
@@ -267,25 +313,29 @@ def build(out: Path) -> list[Path]:
     titles = {stem: title_of(nb, stem) for stem, nb in notebooks.items()}
     modules = {stem: module_of(nb) for stem, nb in notebooks.items()}
     stems, module_names = set(notebooks), {m for m in modules.values() if m}
-    order = ["index"] + reading_order([p.stem for p in chapters])
+    navigation = book_navigation(notebooks)
+    order = ["index"] + [s for s in route_stops() if s in notebooks]
+    order += [d for s in order for d in navigation[s]["dives"]]  # every page once: the route, then beside it
     exp = exporter()
     written = []
-    for i, stem in enumerate(order):
-        prev = (f"{order[i - 1]}.html", titles[order[i - 1]]) if i > 0 else None
-        next_ = (f"{order[i + 1]}.html", titles[order[i + 1]]) if i + 1 < len(order) else None
-        book = {"root": "", "nav_top": nav("", prev, next_, modules[stem], "top"),
-                "nav_bottom": nav("", prev, next_, modules[stem], "bottom")}
+    for stem in order:
+        where = navigation[stem]
+        prev = (f"{where['prev']}.html", titles[where["prev"]]) if where["prev"] else None
+        next_ = (f"{where['next']}.html", titles[where["next"]]) if where["next"] else None
+        dives = [(f"{d}.html", d) for d in where["dives"]]
+        book = {"root": "", "nav_top": nav("", prev, next_, modules[stem], "top", dives),
+                "nav_bottom": nav("", prev, next_, modules[stem], "bottom", dives)}
         page = notebook_page(exp, notebooks[stem], titles[stem], book)
         if stem == "index":
             api_list = "".join(f"<li>{link('api/' + modules[s] + '.html', modules[s])} — {link(s + '.html', titles[s])}</li>"
-                               for s in order if modules[s])
+                               for s in sorted(order) if modules[s])
             page = page.replace(book["nav_bottom"], f'<section class="book-api-index"><h2>The modules</h2>'
                                 f'<ul>{api_list}</ul></section>' + book["nav_bottom"])
         path = out / ("index.html" if stem == "index" else f"{stem}.html")
         path.write_text(link_names(page, stems, module_names, ""), encoding="utf-8")
         written.append(path)
     sys.path.insert(0, str(ROOT))  # document the package of this checkout
-    api_order = [s for s in order if modules[s]]
+    api_order = [s for s in sorted(order) if modules[s]]
     for i, stem in enumerate(api_order):
         name = modules[stem]
         prev = (f"{modules[api_order[i - 1]]}.html", modules[api_order[i - 1]]) if i > 0 else None

@@ -7,7 +7,10 @@ Usage: run_tour.py [NBS_DIR | NOTEBOOK ...] [--save] [--check] [--out DIR] [--jo
            OMP_NUM_THREADS or MKL_NUM_THREADS (a result that depends on the thread count would be committed
            as no student's run shows it)
   --check  leave the notebooks alone; fail if a fresh run's outputs differ in kind, cell by cell, from the
-           committed ones (a picture, a table, text), or if any output is matplotlib's bare '<Figure size ...>'
+           committed ones (a picture, a table, text), or if any output is matplotlib's bare '<Figure size ...>'.
+           Each kernel runs torch with CHECK_THREADS (1) thread, not the count --save used (one per core): a
+           number the prose claims is asserted beside it, so a claim that holds only at the committed thread
+           count fails here, at no cost of a second run
   --out    also write the executed notebooks (normalised) to DIR, to read them
   --jobs   notebooks executed at once (default 1: the times are then each notebook's own); with N > 1 each
            kernel gets cores/N torch threads (OMP_NUM_THREADS), so that they do not contend: for --check and
@@ -50,6 +53,12 @@ def execute(path: Path, sockets: str) -> tuple[object, float, str]:
 
 
 THREAD_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # what changes torch's thread count from its default
+CHECK_THREADS = 1  # --check's torch threads per kernel: another count than --save's default (one per core)
+
+
+def check_threads() -> dict[str, str]:
+    "The thread settings --check gives each kernel: CHECK_THREADS, whatever `--jobs`; a count set by the caller wins."
+    return {name: os.environ.get(name) or str(CHECK_THREADS) for name in THREAD_SETTINGS}
 
 
 def save_refusal(jobs: int) -> str | None:
@@ -77,6 +86,11 @@ def main(paths: list[Path], save: bool = False, check: bool = False, out_dir: st
     # and the notebooks run in full, not shortened as under nbdev_test.
     os.environ.pop("MPLBACKEND", None)
     os.environ.pop("IN_TEST", None)
+    if check:
+        os.environ.update(check_threads())
+    elif save and (os.cpu_count() or 1) == CHECK_THREADS:
+        print(f"note: --save on {CHECK_THREADS} core runs torch with {CHECK_THREADS} thread, as --check does: the "
+              "check will not see another thread count than the committed one", file=sys.stderr)
     if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
         # Kernels side by side share the cores: torch's default of one thread per core in each of them makes
         # their threads wait on one another (a notebook then runs several times slower than alone).
