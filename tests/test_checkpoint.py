@@ -296,8 +296,8 @@ def test_a_changed_byte_anywhere_is_refused_or_harmless(tmp_path, two_checkpoint
         assert state_digest(ckpt["state"]) == read_checkpoint(two_checkpoints)["header"]["sha256"]
 
 
-def test_a_changed_pickle_protocol_byte_is_read_with_a_warning_and_harmless(tmp_path, two_checkpoints):
-    "The byte a random change rarely hits: torch warns that the protocol is not its own, reads on, and the state is intact."
+def test_a_changed_pickle_protocol_byte_is_read_quietly_and_harmless(tmp_path, two_checkpoints):
+    "The byte a random change rarely hits: torch would warn that the protocol is not its own; the digest says the state is intact."
     whole = bytearray(two_checkpoints.read_bytes())
     with zipfile.ZipFile(two_checkpoints) as archive:
         entry = next(info for info in archive.infolist() if info.filename.endswith("/data.pkl"))
@@ -307,7 +307,8 @@ def test_a_changed_pickle_protocol_byte_is_read_with_a_warning_and_harmless(tmp_
     whole[start + 1] = 3
     path = tmp_path / "protocol.pt"
     path.write_bytes(bytes(whole))
-    with pytest.warns(UserWarning, match="Detected pickle protocol 3"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's note on the protocol is not passed on: the digest has the last word
         ckpt = read_checkpoint(path)
     assert state_digest(ckpt["state"]) == read_checkpoint(two_checkpoints)["header"]["sha256"]
 

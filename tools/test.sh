@@ -47,7 +47,7 @@ echo "== 3/5 the committed outputs are what a fresh run shows (each notebook exe
 python tools/run_tour.py --check --jobs 2
 
 echo "== 4/5 pytest (a line per test file as it finishes; the reason for each skip at the end)"
-python -m pytest tests -rs "$@"
+python -m pytest tests -rs --durations=15 "$@"
 
 if [ "${FLOORS:-1}" != "0" ]; then
   echo "== 5/5 the floor run: the unit tests and the quick start at the declared floors (.venv-floor)"
