@@ -40,13 +40,18 @@ def test_a_tilde_path_is_the_home_folder_not_a_folder_named_tilde(tmp_path, monk
     assert (tmp_path / "run.pt").is_file() and not (tmp_path / "~").exists()
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="no /dev/null on this system")
-def test_saving_onto_a_device_is_refused_and_the_device_stays_a_device():
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this system")
+def test_saving_onto_a_pipe_or_device_is_refused_and_it_stays_what_it_was(tmp_path):
+    "A named pipe stands in for a device such as /dev/null: the same rename would replace either with a file."
+    import stat
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
     learn = digits_learner(mlp, seed=0)
-    for save in (learn.save, partial(save_checkpoint, learn)):
+    for save in (learn.save, partial(save_checkpoint, learn), partial(atomic_save, {"a": 1})):
         with pytest.raises(ValueError, match="not a regular file"):
-            save("/dev/null")
-    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+            save(pipe)
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary file left
 
 
 def test_saving_over_a_read_only_file_is_refused_and_it_is_unchanged(tmp_path):
