@@ -300,7 +300,7 @@ class _StatsFigure(FigurePlot):
 
     def __init__(self, stats: ActivationStats, draw: Callable, figsize: tuple[float, float] | None, dpi: int):
         size = _grid_size(len(stats.names) + 1) if draw is _draw_hists else (10.5, 3.4)
-        super().__init__(check_figsize(figsize) or size, check_int("dpi", dpi, 1))
+        super().__init__(check_figsize(figsize) or size, dpi)
         self.stats = stats
         self.draw = draw
 
@@ -361,7 +361,7 @@ class ActivationPlot(_ActivationFigure):
                  sample: int | None = 1024, every_ms: float = 250, max_overhead: float = 0.1, mode: str = "auto",
                  figsize: tuple[float, float] | None = None, dpi: int = 80, file=None):
         self.stats = ActivationStats(modules, bins, hist_max, zero_below, sample)
-        super().__init__(every_ms, max_overhead, mode, check_figsize(figsize) or (10.5, 6.1), check_int("dpi", dpi, 1),
+        super().__init__(every_ms, max_overhead, mode, check_figsize(figsize) or (10.5, 6.1), dpi,
                          file)
         self._figsize = figsize  # None: as many rows as the layers need, known once the modules are found
 

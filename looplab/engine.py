@@ -147,8 +147,11 @@ class Engine(EngineBase):
         path = _writable_path(path)  # a bad path is refused on every process alike
         if self.is_master_process:
             atomic_save(weights, path)
-        self.sync_tensor(torch.zeros(1), "sum")  # a collective: under DDP no process goes on before the file exists
+        self.barrier()  # under DDP no process goes on before the file exists
         return path
+
+    def barrier(self) -> None:
+        "Wait until every process gets here: one process has nobody to wait for."
 
     def read_weights(self, path) -> dict:
         "The weights file (or checkpoint) at `path` as `{'model': ..., 'optimizers'?: ...}`, on the CPU."

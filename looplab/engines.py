@@ -141,6 +141,10 @@ class ProcessGroupEngine(DeviceEngine):
     def save_checkpoint(self, checkpoint: dict, path, keep_prev: bool = True) -> None:
         "Rank 0 writes the file; every rank waits until it is written, so that any of them can read it."
         super().save_checkpoint(checkpoint, path, keep_prev)
+        self.barrier()
+
+    def barrier(self) -> None:
+        "Wait until every rank gets here."
         dist.barrier()
 
     def close(self) -> None:
