@@ -187,10 +187,13 @@ def _grown_limits(current: tuple[float, float] | None, lo: float, hi: float, log
         return current
     if log:
         return lo / 2, hi * 2
-    if lo >= 0:
-        return 0.0, hi * 1.1 if hi > 0 else 1.0
     span = hi - lo if hi > lo else 1.0
-    return lo - 0.1 * span, hi + 0.1 * span
+    bottom, top = (0.0, hi * 1.1 if hi > 0 else 1.0) if lo >= 0 else (lo - 0.1 * span, hi + 0.1 * span)
+    if current is not None:  # outgrown: each growth redraws the whole figure, so grow by half the old span at least
+        old = current[1] - current[0]
+        bottom = current[0] if lo >= current[0] else min(bottom, current[0] - 0.5 * old)
+        top = current[1] if hi <= current[1] else max(top, current[1] + 0.5 * old)
+    return bottom, top
 
 def _hold_batches(axes, n: int) -> None:
     "Widen each of `axes` to hold `n` batches, to the next power of two, where it does not yet (a loader without a length)."
