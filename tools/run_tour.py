@@ -12,11 +12,14 @@ Usage: run_tour.py [NBS_DIR | NOTEBOOK ...] [--save] [--check] [--out DIR] [--jo
            number the prose claims is asserted beside it, so a claim that holds only at the committed thread
            count fails here, at no cost of a second run
   --out    also write the executed notebooks (normalised) to DIR, to read them
+  Whatever the mode, a notebook fails if any figure it draws puts a title, an axis label or a legend over another
+  (tools/text_boxes.py, loaded into each kernel, measures them at every draw)
   --jobs   notebooks executed at once (default 1: the times are then each notebook's own); with N > 1 each
            kernel gets cores/N torch threads (OMP_NUM_THREADS), so that they do not contend: for --check and
            --out, not --save"""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,15 +38,37 @@ from notebook_outputs import REFRESH, compare, normalise  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def write_startup(sockets: str) -> None:
+    "The kernels' IPython folder ($IPYTHONDIR): its startup file loads tools/text_boxes.py, so every draw's text boxes are checked."
+    startup = Path(sockets) / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-text-boxes.py").write_text(
+        f"exec(compile(open({str(Path(__file__).parent / 'text_boxes.py')!r}).read(), 'text_boxes.py', 'exec'))\n")
+
+
+def text_over_text(log: Path) -> list[str]:
+    "The overlaps a kernel's draws wrote to `log` (tools/text_boxes.py), each once, as lines to print."
+    if not log.exists():
+        return []
+    found = {}  # a picture is drawn more than once (the inline backend measures, then draws): each pair once
+    for r in map(json.loads, log.read_text().splitlines()):
+        found.setdefault((r["a"], r["b"]), f"{r['a']} and {r['b']} overlap by {r['overlap'][0]}x{r['overlap'][1]} px "
+                                           f"(in a {r['figure']} picture)")
+    return list(found.values())
+
+
 def execute(path: Path, sockets: str) -> tuple[object, float, str]:
     "Run one notebook in a fresh kernel; return the executed notebook, the seconds it took and 'ok' or the failure."
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     # IPC transport: the kernel talks over local sockets, not TCP, so it has no plain-text-TCP warning to print
     km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / path.stem))
+    log = Path(sockets) / f"{path.stem}.text-boxes.jsonl"
+    env = {**os.environ, "IPYTHONDIR": str(Path(sockets) / "ipython"), "LOOPLAB_TEXT_BOXES": str(log)}
     try:
-        NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(path.parent)}}).execute()
-        status = "ok"
+        NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
+        found = text_over_text(log)
+        status = "ok" if not found else f"FAILED: text over text in {len(found)} place{'s' * (len(found) > 1)}:\n    " + "\n    ".join(found)
     except Exception as e:  # report every notebook, then fail at the end
         status = f"FAILED: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}"
     finally:
@@ -98,6 +123,7 @@ def main(paths: list[Path], save: bool = False, check: bool = False, out_dir: st
     failed, stale = [], []
     total = 0.0
     with tempfile.TemporaryDirectory(prefix="looplab-tour-") as sockets, ThreadPoolExecutor(jobs) as pool:
+        write_startup(sockets)
         runs = [(path, pool.submit(execute, path, sockets)) for path in paths]
         for path, run in runs:  # in reading order, each as soon as it and those before it are done
             nb, took, status = run.result()
