@@ -13,8 +13,10 @@ there by a kernel of its own), round by round with the working tree's, so that b
 `--threads N` sets torch's threads in the digits workloads (default: torch's own; the conv net uses 1, as 07c).
 
 Workloads: the digits MLP of notebook 05b for about `--seconds` (LossPlot; LossPlot and LRPlot together), and the
-conv net of notebook 07c, five epochs (ActivationStats alone, then ActivationPlot).
-Run: python benchmarks/fit_cost.py [--rounds 5] [--seconds 3] [--before HEAD] [--threads 1] [--only NAME ...]
+conv net of notebook 07c, `--conv-epochs` epochs (5 by default: about a second; ActivationStats alone, then
+ActivationPlot).
+Run: python benchmarks/fit_cost.py [--rounds 5] [--seconds 3] [--conv-epochs 5] [--before HEAD] [--threads 1]
+     [--only NAME ...]
 """
 import argparse
 import statistics
@@ -87,7 +89,7 @@ def make_learner():
     set_seed(0)
     return Learner(conv_net(), conv_dls, metrics=[Accuracy()], progress=False)
 make_learner().fit(1)
-EPOCHS = 5
+EPOCHS = {conv_epochs}
 """
 
 WORKLOADS = {
@@ -99,10 +101,12 @@ WORKLOADS = {
 }
 
 
-def measure(name: str, rounds: int, seconds: float, threads: int | None, versions: dict[str, Path]) -> None:
+def measure(name: str, rounds: int, seconds: float, threads: int | None, versions: dict[str, Path],
+            conv_epochs: int = 5) -> None:
     "Time the workload `name` in one kernel per version (label -> folder it imports looplab from), rounds interleaved."
     workload, imports, cbs = WORKLOADS[name]
-    setup = SETUP + workload.format(seconds=seconds, threads="" if threads is None else f"torch.set_num_threads({threads})")
+    setup = SETUP + workload.format(seconds=seconds, conv_epochs=conv_epochs,
+                                    threads="" if threads is None else f"torch.set_num_threads({threads})")
     with ExitStack() as stack:
         kernels = {label: stack.enter_context(fresh_kernel(cwd, prefix="looplab-cost-"))[1] for label, cwd in versions.items()}
         epochs = None
@@ -150,6 +154,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0, help="length of the digits fits, about")
+    parser.add_argument("--conv-epochs", type=int, default=5, help="epochs of the conv net's fits (5: about 1 s)")
     parser.add_argument("--only", nargs="+", choices=sorted(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--before", metavar="REV", help="also measure the package of this git revision (e.g. HEAD)")
     parser.add_argument("--threads", type=int, help="torch threads in the digits workloads (default: torch's own)")
@@ -160,7 +165,7 @@ def main() -> None:
         versions = {"now": ROOT} if args.before is None else {f"before ({args.before})": package_at(args.before, Path(tmp)),
                                                                "now": ROOT}
         for name in args.only:
-            measure(name, args.rounds, args.seconds, args.threads, versions)
+            measure(name, args.rounds, args.seconds, args.threads, versions, args.conv_epochs)
 
 
 if __name__ == "__main__":
