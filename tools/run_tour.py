@@ -12,11 +12,11 @@ Usage: run_tour.py [NBS_DIR | NOTEBOOK ...] [--save] [--check] [--out DIR] [--jo
            number the prose claims is asserted beside it, so a claim that holds only at the committed thread
            count fails here, at no cost of a second run
   --out    also write the executed notebooks (normalised) to DIR, to read them
-  Whatever the mode, a notebook fails if any figure it draws puts a title, an axis label or a legend over another
-  (tools/text_boxes.py, loaded into each kernel, measures them at every draw)
   --jobs   notebooks executed at once (default 1: the times are then each notebook's own); with N > 1 each
            kernel gets cores/N torch threads (OMP_NUM_THREADS), so that they do not contend: for --check and
-           --out, not --save"""
+           --out, not --save
+Whatever the mode, a notebook fails if a figure it draws puts a title, an axis label or a legend over another
+(tools/text_boxes.py, loaded into each kernel as an IPython startup file, measures them at every draw)."""
 from __future__ import annotations
 
 import json
