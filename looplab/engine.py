@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .files import _writable_path, atomic_save, read_checkpoint, read_weights, write_checkpoint
+from .files import _writable_path, atomic_save, read_checkpoint, write_checkpoint
 
 # %% auto #0
 __all__ = ['available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'needs_closure', 'step_closure',
@@ -152,10 +152,6 @@ class Engine(EngineBase):
 
     def barrier(self) -> None:
         "Wait until every process gets here: one process has nobody to wait for."
-
-    def read_weights(self, path) -> dict:
-        "The weights file (or checkpoint) at `path` as `{'model': ..., 'optimizers'?: ...}`, on the CPU."
-        return read_weights(path)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={str(self.device)!r})"

@@ -15,7 +15,7 @@ from torch.utils.data import IterableDataset, default_collate
 from .data import _shape
 from .engine import _load_optimizer
 from .errors import _model_hint, _reworded
-from .files import preserved_rng
+from .files import preserved_rng, read_weights
 from .run_state import optimizer_mismatch
 
 # %% auto #0
@@ -169,7 +169,7 @@ class LearnerFiles:
 
     def load(self, path, with_opt: bool = False) -> None:
         "Load the weights at `path` (a `state_dict` file, `save`'s, or a checkpoint's), and the optimizers' state if `with_opt`."
-        state = self.engine.read_weights(path)
+        state = read_weights(path)
         mine, saved = self.engine.unwrap_model(self.model).state_dict(), state["model"]
         missing = [key for key in mine if key not in saved]
         unexpected = [key for key in saved if key not in mine]
