@@ -238,6 +238,7 @@ def _hist_axes(axes, labels: list[str], hist_max: float, n_batches: int, below: 
         ax.set_xlabel("" if shown_below else "training batch")
     return images
 
+# %% ../nbs/07c_activations.ipynb #fce996ea
 def _colour_key(ax, image, lines: list | None = None) -> None:
     "The key on an empty panel: the layers' lines (if any) above, the histograms' colour bar below."
     ax.set_axis_off()

@@ -316,6 +316,7 @@ def _window_means(values, width: int) -> np.ndarray:
     starts = np.arange(0, len(values), width)
     return np.add.reduceat(values, starts) / np.diff(np.append(starts, len(values)))
 
+# %% ../nbs/07d_profiler.ipynb #fd81bf80
 class _PhaseChart(LivePlot):
     "The drawing of ProfilePlot: each phase a band, stacked, over windows of training batches."
     colors = {"data": "C0", "forward": "C1", "loss": "C4", "backward": "C3", "step": "C2", "zero_grad": "C8",
