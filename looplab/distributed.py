@@ -31,6 +31,10 @@ def launch(train_fn: Callable, nprocs: int = 2, backend: str = "gloo", args: tup
     check_int("nprocs", nprocs, 1)
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' (CPU) or 'nccl' (GPU), got {backend!r}")
+    if backend == "nccl" and nprocs > torch.cuda.device_count():
+        raise ValueError(f"backend 'nccl' runs one process per GPU: nprocs={nprocs}, but this machine has "
+                         f"{torch.cuda.device_count()} CUDA device(s); pass nprocs <= {torch.cuda.device_count()}, "
+                         f"or backend='gloo'")
     if not callable(train_fn):
         raise TypeError(f"train_fn must be callable, got {train_fn!r}")
     if port is None:
@@ -96,7 +100,11 @@ def _worker(train_fn: Callable, args: tuple, rank: int, nprocs: int, port: int, 
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        torch.distributed.init_process_group(backend, rank=rank, world_size=nprocs)
+        device_id = None
+        if backend == "nccl":  # each rank its own GPU, bound to the group, so NCCL knows where each collective runs
+            device_id = torch.device("cuda", rank)
+            torch.cuda.set_device(device_id)
+        torch.distributed.init_process_group(backend, rank=rank, world_size=nprocs, device_id=device_id)
         value = pickle.dumps(train_fn(*args))  # plain bytes: no tensor shared with a process about to exit
         if torch.distributed.is_initialized():  # train_fn may have torn it down
             torch.distributed.barrier()  # every rank done before the group (and rank 0's store) goes away

@@ -34,10 +34,8 @@ def available_devices() -> list[str]:
 def resolve_device(device=None) -> torch.device:
     "`device` as a `torch.device` that exists here; `None` picks CUDA, then MPS, then the CPU."
     found = available_devices()
-    if device is None:
-        return torch.device(found[0])
     try:
-        device = torch.device(device)
+        device = torch.device(found[0] if device is None else device)
     except (RuntimeError, TypeError) as e:
         raise ValueError(f"device must be a torch.device or a string such as 'cpu' or 'cuda:0', got {device!r}; "
                          f"available here: {', '.join(found)}") from e

@@ -119,7 +119,8 @@ class ProcessGroupEngine(DeviceEngine):
             torch.cuda.set_device(self.device)
         if not dist.is_initialized():
             dist.init_process_group(self.backend, rank=self.rank, world_size=self.world_size,
-                                    timeout=timedelta(seconds=timeout_s))
+                                    timeout=timedelta(seconds=timeout_s),
+                                    device_id=self.device if self.backend == "nccl" else None)
         if (dist.get_rank(), dist.get_world_size()) != (self.rank, self.world_size):
             raise RuntimeError(f"the running process group has rank {dist.get_rank()} of {dist.get_world_size()}, "
                                f"but the environment says RANK={self.rank}, WORLD_SIZE={self.world_size}")

@@ -112,6 +112,9 @@ def test_launcher_bad_input(tmp_path):
         launch(w.engine_checks, nprocs=0)
     with pytest.raises(ValueError, match="module level"):
         launch(lambda: 1, start_method="spawn")
+    n_gpus = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=f"nprocs={n_gpus + 1}, but this machine has {n_gpus} CUDA device"):
+        launch(w.engine_checks, nprocs=n_gpus + 1, backend="nccl")
     import socket
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
