@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
+from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image as PILImage
@@ -397,7 +398,8 @@ class LivePlot(LivePlotCore, Callback):
             self._open_controls()
             self.live.show()  # the placeholder first, then the artists: the output opens at once
         if widget:
-            self.live.animate(*self._artists(self.live.fig))
+            with rc_context({"axes.titley": 1.0}):  # titles at a fixed height: not lifted over ticks at each full draw
+                self.live.animate(*self._artists(self.live.fig))
 
     def on_batch_end(self):
         if self.learn.training and self._drawing and self.throttle.due():

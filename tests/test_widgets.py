@@ -161,3 +161,39 @@ def test_an_animated_axes_is_drawn_whole_at_each_render_and_its_limits_keep_the_
     still.set_xlim(0, 2)  # the other axes' limits still redraw the background
     live.render()
     assert live.n_full_draws == 3
+
+
+def test_live_titles_held_at_a_fixed_height_are_where_matplotlib_would_place_them():
+    """A live figure's titles are built at a fixed height (no measuring of tick labels at each full draw, a tenth to a
+    fifth of it: benchmarks/full_draw.py); no live plot puts ticks above its axes, so the picture is the same."""
+    import matplotlib
+    from torch import nn
+    from looplab.activations import ActivationPlot
+    from looplab.conv import conv_net, signal_dls
+    from looplab.learner import Learner, set_seed
+    from looplab.loss_plot import LossPlot
+    from looplab.lr_plot import LRPlot
+    from looplab.profiler import ProfilePlot
+    from helpers import make_dls
+
+    def picture(plot, fixed):
+        with matplotlib.rc_context({"axes.titley": 1.0} if fixed else {}):
+            figure = widgets.BlitFigure(plot.figsize, plot.dpi)
+            artists = plot._artists(figure.fig)
+        figure.animate(*artists)
+        plot._fill(figure.fig, artists, grow=False)
+        return np.asarray(Image.open(io.BytesIO(figure.render())))
+
+    set_seed(0)
+    plots = [LossPlot(mode="widget"), LRPlot(sched_fn=lambda pct: 0.1 * (1 - pct), mode="widget"),
+             ProfilePlot(mode="widget")]
+    for plot in plots:
+        Learner(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)), make_dls(), progress=False).fit(
+            2, cbs=plot)
+    activations = ActivationPlot(mode="widget")
+    Learner(conv_net(), signal_dls(n_train=80, bs=40, seed=0), progress=False).fit(1, cbs=activations)
+    for plot in [*plots, activations]:
+        assert plot.live.fig.axes[0].get_title()  # a title to place
+        assert (picture(plot, fixed=True) == picture(plot, fixed=False)).all(), type(plot).__name__
+        live = np.asarray(Image.open(io.BytesIO(plot.live.png)))  # the fit's last picture: the same again
+        assert (live == picture(plot, fixed=True)).all(), type(plot).__name__
