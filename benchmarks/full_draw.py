@@ -24,7 +24,7 @@ from looplab.learner import Learner, set_seed
 from looplab.loss_plot import LossPlot
 from looplab.lr_plot import LRPlot
 from looplab.profiler import ProfilePlot
-from looplab.widgets import BlitFigure
+from looplab.widgets import _FIXED_TITLES, BlitFigure
 
 
 def filled_plots() -> dict:
@@ -46,7 +46,7 @@ def filled_plots() -> dict:
 def build_and_draw(plot, fixed: bool) -> tuple[float, float, float, bytes]:
     "Seconds of the setup, the first full draw and a second one; the picture's pixels."
     start = time.perf_counter()
-    with matplotlib.rc_context({"axes.titley": 1.0} if fixed else {}):
+    with matplotlib.rc_context(_FIXED_TITLES if fixed else {}):
         figure = BlitFigure(plot.figsize, plot.dpi)
         artists = plot._artists(figure.fig)
     figure.animate(*artists)

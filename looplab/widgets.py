@@ -368,6 +368,8 @@ def _note_nothing_drawn(live: LiveFigure | None, name: str, failure: str | None,
         pass
 
 # %% ../nbs/05_live_plots.ipynb #0f0b2712
+_FIXED_TITLES = {"axes.titley": 1.0}  # matplotlib's settings for titles at a fixed height, never lifted over ticks
+
 class LivePlot(LivePlotCore, Callback):
     "A callback that draws a live figure while training, or writes a progress line where nothing shows it; it never stops training."
     unique = True
@@ -398,7 +400,7 @@ class LivePlot(LivePlotCore, Callback):
             self._open_controls()
             self.live.show()  # the placeholder first, then the artists: the output opens at once
         if widget:
-            with rc_context({"axes.titley": 1.0}):  # titles at a fixed height: not lifted over ticks at each full draw
+            with rc_context(_FIXED_TITLES):
                 self.live.animate(*self._artists(self.live.fig))
 
     def on_batch_end(self):

@@ -177,7 +177,7 @@ def test_live_titles_held_at_a_fixed_height_are_where_matplotlib_would_place_the
     from helpers import make_dls
 
     def picture(plot, fixed):
-        with matplotlib.rc_context({"axes.titley": 1.0} if fixed else {}):
+        with matplotlib.rc_context(widgets._FIXED_TITLES if fixed else {}):
             figure = widgets.BlitFigure(plot.figsize, plot.dpi)
             artists = plot._artists(figure.fig)
         figure.animate(*artists)
