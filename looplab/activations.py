@@ -76,21 +76,20 @@ class _ActivationRecord(HookCallback):
     def on_train_begin(self):
         super().on_train_begin()
         self._clear()  # each fit draws its own picture; a resumed fit loads the earlier rows after this
-        self._slot = {module: i for i, module in enumerate(self.layers)}
-        self._index: dict = {}  # (numel, device) → the sample's positions
+        self._samples: dict = {}  # (numel, device) → the sample's positions
 
     def on_batch_begin(self):
         super().on_batch_begin()
         self._batch = [None] * len(self.names)
 
     def hook(self, module, inputs, outputs):
-        i = self._slot[module]
+        i = self.index[module]
         a = _output_tensor(module, outputs).detach().reshape(-1)
         if self.sample is not None and a.numel() > self.sample:
             key = (a.numel(), a.device)
-            if key not in self._index:
-                self._index[key] = _sample_index(a.numel(), self.sample, a.device)
-            a = a.index_select(0, self._index[key])
+            if key not in self._samples:
+                self._samples[key] = _sample_index(a.numel(), self.sample, a.device)
+            a = a.index_select(0, self._samples[key])
         row = (activation_row(a, self.bins, self.hist_max, self.zero_below), a.numel())
         self.n_calls[self.names[i]] += 1
         self._batch[i] = row if self._batch[i] is None else self._merge(i, row)

@@ -171,6 +171,7 @@ class HookCallback(Callback):
         found = find_modules(model, self.modules)
         self.names = [name for name, _ in found]
         self.layers = [module for _, module in found]
+        self.index = {module: i for i, module in enumerate(self.layers)}  # for hook(): a module's place in names
         self.n_reevaluations = 0
         self._open = False
         self.hooks = Hooks(self.layers, self._on_forward)
@@ -191,7 +192,7 @@ class HookCallback(Callback):
             self.hook(module, inputs, outputs)
 
     def hook(self, module: nn.Module, inputs, outputs) -> None:
-        "What to do with a hooked module's forward in a training batch's own forward."
+        "What to do with a hooked module's forward in a training batch's own forward (`self.index[module]`: its place)."
         raise NotImplementedError(f"{type(self).__name__} must define hook(module, inputs, outputs)")
 
     def forward_done(self) -> None:
