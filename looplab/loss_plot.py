@@ -18,7 +18,7 @@ from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from .checks import check_number
 from .learner import _length
-from .recorder import Recorder, _from_zero
+from .recorder import Recorder, _Smoother, _from_zero
 from .widgets import FigurePlot, LivePlot, _grown_limits, _hold_batches
 
 # %% auto #0
@@ -99,6 +99,7 @@ class _LossRecord(LivePlot):
         self.valid_losses: list[float] = []
         self._finite: list[float] = []  # the finite losses, batch and validation: what the y axis must hold
         self._ylim = None
+        self._smoother: _Smoother | None = None  # carries `smooth` on from the last loss smoothed
 
     def _ready(self) -> bool:
         return bool(self.losses)
@@ -112,10 +113,18 @@ class _LossRecord(LivePlot):
 
     def _collect(self) -> None:
         recorder = self.learn.recorder
-        self.smooth = recorder.smooth_losses(self.beta)[self._first:]  # flushes: one host sync for all new losses
+        recorder.flush()  # one host sync for all new losses
         new = recorder.losses[self._first + len(self.losses):]
         self.losses.extend(new)
         self._finite.extend(v for v in new if math.isfinite(v))
+        start, fit_beta = recorder.fits[-1]
+        if start != self._first:  # the Recorder's last fit is not the one drawn: its own rule, over the whole history
+            self.smooth = recorder.smooth_losses(self.beta)[self._first:]
+            return
+        beta = fit_beta if self.beta is None else self.beta
+        if self._smoother is None or self._smoother.beta != beta:  # at first; a fit of unknown length gets β at its end
+            self._smoother, self.smooth = _Smoother(beta), []
+        self.smooth.extend(self._smoother.add(self.losses[len(self.smooth):]))  # only the new losses: each call is short
 
     def on_epoch_end(self):
         self._collect()  # the Recorder flushed at its own on_epoch_end: no sync here

@@ -198,12 +198,23 @@ def _over_ranks(engine, reducer) -> float:
 # %% ../nbs/03b_recorder.ipynb #553a2803
 def smooth(values, beta: float = 0.98) -> list[float]:
     "Exponential moving average of `values` with weight `beta` on the past, debiased: the first value is kept."
-    out = []
-    avg = 0.0
-    for i, value in enumerate(values, start=1):
-        avg = beta * avg + (1 - beta) * value
-        out.append(avg / (1 - beta**i))
-    return out
+    return _Smoother(beta).add(values)
+
+class _Smoother:
+    "`smooth` one piece at a time: `add(values)` returns the smoothed values that follow those added before."
+    def __init__(self, beta: float):
+        self.beta = beta
+        self.avg = 0.0  # the average before debiasing
+        self.n = 0  # values added
+
+    def add(self, values) -> list[float]:
+        out = []
+        beta, avg = self.beta, self.avg
+        for i, value in enumerate(values, start=self.n + 1):
+            avg = beta * avg + (1 - beta) * value
+            out.append(avg / (1 - beta**i))
+        self.avg, self.n = avg, self.n + len(out)
+        return out
 
 # %% ../nbs/03b_recorder.ipynb #b7e1c2d4
 def smoothing_beta(n_batches: int | None) -> float:
