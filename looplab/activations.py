@@ -15,6 +15,7 @@ import torch
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator
+from matplotlib.transforms import Bbox
 from torch import nn
 
 from .checks import check_int, check_number
@@ -23,7 +24,7 @@ from .loss_plot import FitProgress, _frame
 from .widgets import FigurePlot, _hold_batches, check_figsize
 
 # %% auto #0
-__all__ = ['activation_row', 'ActivationStats', 'ActivationPlot']
+__all__ = ['activation_rows', 'activation_row', 'ActivationStats', 'ActivationPlot']
 
 # %% ../nbs/07c_activations.ipynb #e4bad927
 def _output_tensor(module: nn.Module, outputs) -> torch.Tensor:
@@ -35,17 +36,30 @@ def _output_tensor(module: nn.Module, outputs) -> torch.Tensor:
                         "not a tensor: select modules whose output is a tensor (modules=nn.Conv1d, or a list of them)")
     return outputs
 
+_ACCUMULATE = {"mps": torch.float32}  # the sums' dtype where float64 is missing; float64 everywhere else
+
+def activation_rows(acts: list[torch.Tensor], bins: int, hist_max: float, zero_below: float) -> torch.Tensor:
+    "One `activation_row` per tensor of `acts`, all computed together: a dozen tensor operations, however many rows."
+    device = acts[0].device
+    a = torch.cat([t.detach().reshape(-1).to(device) for t in acts]).float()  # autocast's half-precision outputs too
+    counts = torch.tensor([t.numel() for t in acts], device=device)
+    n = len(acts)
+    row_of = torch.repeat_interleave(torch.arange(n, device=device), counts, output_size=a.numel())  # each value's row
+    wide = _ACCUMULATE.get(device.type, torch.float64)  # 1,024 float32 values summed one by one lose digits
+    size = a.abs().clamp_(max=hist_max).nan_to_num_(nan=hist_max)  # above hist_max, inf and NaN: in the last bin
+    mean = torch.zeros(n, dtype=wide, device=device).index_add_(0, row_of, a.to(wide)) / counts
+    centred = a.to(wide) - mean[row_of]
+    std = (torch.zeros(n, dtype=wide, device=device).index_add_(0, row_of, centred * centred) / counts).sqrt()
+    near_zero = torch.zeros(n, device=device).index_add_(0, row_of, (size < zero_below).float())
+    bin_of = (size * (bins / hist_max)).long().clamp_(max=bins - 1)  # bin k holds [k, k + 1) × hist_max / bins
+    hist = torch.zeros(n * bins, device=device).index_add_(0, row_of * bins + bin_of, torch.ones_like(size))
+    shares = torch.cat([near_zero[:, None], hist.view(n, bins)], 1) / counts[:, None]  # a short batch reads as a full one
+    shares[counts == 0] = 0.0  # nothing to describe: no mean, no share
+    return torch.cat([mean[:, None].float(), std[:, None].float(), shares], 1)
+
 def activation_row(a: torch.Tensor, bins: int, hist_max: float, zero_below: float) -> torch.Tensor:
     "Mean, std, share of |a| < `zero_below`, then the share of |a| in each of `bins` bins over [0, `hist_max`] (the last holds all above)."
-    a = a.detach().reshape(-1).float()  # autocast's half-precision outputs too
-    if not a.numel():  # nothing to describe: no mean, no share
-        return torch.cat([torch.full((2,), math.nan, device=a.device), torch.zeros(1 + bins, device=a.device)])
-    size = a.abs().clamp_(max=hist_max).nan_to_num_(nan=hist_max)  # above hist_max, inf and NaN: in the last bin
-    std, mean = torch.std_mean(a, correction=0)
-    near_zero = (size < zero_below).sum(dtype=torch.float32)
-    row = torch.cat([torch.stack([mean, std, near_zero]), torch.histc(size, bins, 0, hist_max)])
-    row[2:] /= a.numel()  # counts to shares: a short batch reads as a full one
-    return row
+    return activation_rows([a], bins, hist_max, zero_below)[0]
 
 def _sample_index(numel: int, size: int, device: torch.device | str = "cpu") -> torch.Tensor:
     "`size` positions among `numel`, sorted, drawn once by a generator of their own (seed 0): the same at every call."
@@ -54,8 +68,9 @@ def _sample_index(numel: int, size: int, device: torch.device | str = "cpu") -> 
 
 # %% ../nbs/07c_activations.ipynb #c6d264d1
 class _ActivationRecord(HookCallback):
-    "Records each hooked layer's `activation_row` at every training batch, on a fixed sample, on the device until a flush."
-    flush_every = 4096  # batches held as device tensors at most, before one transfer
+    "Keeps a fixed sample of each hooked layer's activations at every training batch, on the device; their rows come at a flush."
+    flush_every = 4096  # batches held on the device at most, before one transfer
+    reduce_above = 2**24  # activations kept at most before their rows are computed (64 MB of float32)
 
     def __init__(self, modules=None, bins: int = 40, hist_max: float = 10.0, zero_below: float = 0.05,
                  sample: int | None = 1024):
@@ -67,9 +82,12 @@ class _ActivationRecord(HookCallback):
         self._clear()
 
     def _clear(self) -> None:
-        self._pending: list[torch.Tensor] = []  # per batch, not yet transferred: (layers, 3 + bins)
+        self._kept: list[list] = []  # per batch not yet described, each layer's kept activations (None: it did not run)
+        self._n_kept = 0  # activations in _kept
+        self._pending: list[torch.Tensor] = []  # rows described, not yet transferred: (batches, layers, 3 + bins) each
+        self._n_pending = 0  # batches in _pending
         self._rows = torch.zeros(0, len(self.names), 3 + self.bins)  # (batches, layers, 3 + bins), on the CPU
-        self._batch: list = [None] * len(self.names)  # this batch's (row, activations described) per layer
+        self._batch: list = [None] * len(self.names)  # this batch's kept activations per layer
         self.n_calls = {name: 0 for name in self.names}  # forwards recorded per layer: > n_batches if run twice
         self._warned = False
 
@@ -89,41 +107,55 @@ class _ActivationRecord(HookCallback):
             key = (a.numel(), a.device)
             if key not in self._samples:
                 self._samples[key] = _sample_index(a.numel(), self.sample, a.device)
-            a = a.index_select(0, self._samples[key])
-        row = (activation_row(a, self.bins, self.hist_max, self.zero_below), a.numel())
+            a = a.index_select(0, self._samples[key])  # a copy
+        else:
+            a = a.clone()  # kept until the flush: an in-place operation later in the forward must not reach it
         self.n_calls[self.names[i]] += 1
-        self._batch[i] = row if self._batch[i] is None else self._merge(i, row)
+        self._batch[i] = a if self._batch[i] is None else self._merge(i, a)
 
-    def _merge(self, i: int, row: tuple) -> tuple:
+    def _merge(self, i: int, a: torch.Tensor) -> torch.Tensor:
         "A layer run twice in one forward: one row for the batch, as if its calls' activations were one tensor."
         if not self._warned:
             warnings.warn(f"{self.labels[i]} ran more than once in a training batch's forward: {type(self).__name__} "
                           "merges its calls into one row per batch (n_calls counts the calls)", stacklevel=2)
             self._warned = True
-        (r1, n1), (r2, n2) = self._batch[i], row
-        w1, w2 = n1 / max(n1 + n2, 1), n2 / max(n1 + n2, 1)
-        merged = w1 * r1 + w2 * r2  # the shares: weighted by the activations each call described
-        merged[0] = w1 * r1[0] + w2 * r2[0]
-        square = w1 * (r1[1] ** 2 + r1[0] ** 2) + w2 * (r2[1] ** 2 + r2[0] ** 2)  # the mean of a², from each call's
-        merged[1] = (square - merged[0] ** 2).clamp(min=0).sqrt()
-        return merged, n1 + n2
+        return torch.cat([self._batch[i], a.to(self._batch[i].device, self._batch[i].dtype)])
 
     def forward_done(self) -> None:
-        "One row per layer for the batch; NaN for a layer its forward did not run."
-        rows = [row for row, _ in filter(None, self._batch)]
-        device = rows[0].device if rows else "cpu"
-        missing = torch.full((3 + self.bins,), math.nan, device=device)
-        self._pending.append(torch.stack([missing if b is None else b[0].to(device) for b in self._batch]))
+        "Keep the batch's activations, one entry per layer (None for a layer its forward did not run)."
+        self._kept.append(self._batch)
+        self._n_kept += sum(a.numel() for a in self._batch if a is not None)
         self._batch = [None] * len(self.names)
-        if len(self._pending) >= self.flush_every:
+        if self._n_kept > self.reduce_above:
+            self._describe()
+        if len(self._kept) + self._n_pending >= self.flush_every:
             self.flush()
 
+    def _describe(self) -> None:
+        "The rows of every batch kept, in one `activation_rows` call on the device; NaN for a layer that did not run."
+        if not self._kept:
+            return
+        n_layers, width = len(self.names), 3 + self.bins
+        acts = [a for batch in self._kept for a in batch]
+        present = [a for a in acts if a is not None]
+        if present:
+            rows = activation_rows([present[0].new_empty(0) if a is None else a for a in acts], self.bins,
+                                   self.hist_max, self.zero_below)
+            for k in (k for k, a in enumerate(acts) if a is None):
+                rows[k] = math.nan
+        else:
+            rows = torch.full((len(acts), width), math.nan)
+        self._pending.append(rows.view(len(self._kept), n_layers, width))
+        self._n_pending += len(self._kept)
+        self._kept, self._n_kept = [], 0
+
     def flush(self) -> None:
-        "Move the rows collected since the last flush to the CPU: one transfer for every layer and batch."
+        "Describe the batches kept, then move their rows to the CPU: one transfer for every layer and batch."
+        self._describe()
         if not self._pending:
             return
-        self._rows = torch.cat([self._rows, torch.stack(self._pending).cpu()])
-        self._pending = []
+        self._rows = torch.cat([self._rows, torch.cat(self._pending).cpu()])
+        self._pending, self._n_pending = [], 0
 
     def on_epoch_end(self):
         self.flush()
@@ -137,7 +169,7 @@ class _ActivationRecord(HookCallback):
     @property
     def n_batches(self) -> int:
         "Training batches recorded: one row per layer each, however many times a layer ran in the batch."
-        return len(self._rows) + len(self._pending)
+        return len(self._rows) + self._n_pending + len(self._kept)
 
 # %% ../nbs/07c_activations.ipynb #2d711a18
 class ActivationStats(_ActivationRecord):
@@ -200,22 +232,20 @@ class ActivationStats(_ActivationRecord):
 # %% ../nbs/07c_activations.ipynb #00bf8195
 _SHARES = dict(vmin=1e-3, vmax=1.0)  # the colour scale: a thousandth of the activations (or none) to all of them
 
-def _panel_grid(fig: Figure, n: int, n_cols: int = 3) -> list:
-    "`n` axes in rows of `n_cols` (fewer if `n` is smaller), sharing the batch axis, with fixed margins in inches."
-    n_cols = min(n, n_cols)
-    n_rows = math.ceil(n / n_cols)
-    axes = list(fig.subplots(n_rows, n_cols, squeeze=False, sharex=True).flat)
-    for ax in axes[n:]:
-        ax.remove()
+def _panel_grid(fig: Figure, n: int, n_cols: int = 3) -> tuple[list, Bbox]:
+    "`n` axes in rows of `n_cols`, with fixed margins in inches; and the place of one more panel, for the key (no axes)."
+    n_cols = min(n + 1, n_cols)
+    grid = fig.add_gridspec(math.ceil((n + 1) / n_cols), n_cols)
     width, height = fig.get_size_inches()
     fig.subplots_adjust(left=0.75 / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.35 / height,
                         wspace=0.3, hspace=0.45)
-    return axes[:n]
+    axes = [fig.add_subplot(grid[i // n_cols, i % n_cols]) for i in range(n)]
+    return axes, grid[n // n_cols, n % n_cols].get_position(fig)
 
-def _few_ticks(ax) -> None:
-    "Four ticks an axis at most: each tick label is text to draw, the dearest part of a frame's first picture."
-    ax.xaxis.set_major_locator(MaxNLocator(4, integer=True))
-    ax.yaxis.set_major_locator(MaxNLocator(4))
+def _few_ticks(ax, y_ticks: list[float]) -> None:
+    "About three ticks an axis, the y axis's at `y_ticks`: each tick is five artists to build and its label text to lay out."
+    ax.xaxis.set_major_locator(MaxNLocator(3, integer=True))
+    ax.yaxis.set_major_locator(FixedLocator(y_ticks))
 
 def _hist_axes(axes, labels: list[str], hist_max: float, n_batches: int, below: int) -> list:
     "An image per layer, titled in its line's colour: batch across, |activation| up; tick labels where no panel repeats them."
@@ -227,25 +257,25 @@ def _hist_axes(axes, labels: list[str], hist_max: float, n_batches: int, below: 
         ax.set_xlim(0, max(n_batches, 1))
         ax.set_ylim(0, hist_max)
         ax.set_title(label, color=f"C{i}")  # the colour of its line in the near-zero panel
-        _few_ticks(ax)
+        _few_ticks(ax, [0, hist_max / 2, hist_max])  # the ends and the middle
         if i % 3 == 0:
             ax.set_ylabel("|activation|")
-        else:
-            ax.tick_params(labelleft=False)  # the same scale as the panel on its left
+        else:  # the same scale as the panel on its left, which labels it: no ticks to build
+            ax.yaxis.set_major_locator(NullLocator())
         shown_below = i + 3 < len(axes) + below  # the panel below (`below` curve panels follow) shows the batch axis
-        ax.tick_params(labelbottom=not shown_below)
+        if shown_below:
+            ax.xaxis.set_major_locator(NullLocator())
         ax.set_xlabel("" if shown_below else "training batch")
     return images
 
 # %% ../nbs/07c_activations.ipynb #fce996ea
-def _colour_key(ax, image, lines: list | None = None) -> None:
-    "The key on an empty panel: the layers' lines (if any) above, the histograms' colour bar below."
-    ax.set_axis_off()
+def _colour_key(fig: Figure, place: Bbox, image, lines: list | None = None) -> None:
+    "The key at `place` (figure coordinates): the layers' lines (if any) above, the histograms' colour bar below."
     if lines:
-        ax.legend(handles=lines, loc="upper left", frameon=False, fontsize="small", ncols=2,
-                  title=lines[0].axes.get_title(), title_fontsize="small")
-    cax = ax.inset_axes([0.0, 0.25, 1.0, 0.09])
-    ax.figure.colorbar(image, cax=cax, orientation="horizontal")
+        fig.legend(handles=lines, loc="upper left", bbox_to_anchor=(place.x0, place.y1), frameon=False,
+                   fontsize="small", ncols=2, title=lines[0].axes.get_title(), title_fontsize="small")
+    cax = fig.add_axes((place.x0, place.y0 + 0.25 * place.height, place.width, 0.09 * place.height))
+    fig.colorbar(image, cax=cax, orientation="horizontal")
     cax.xaxis.set_major_locator(FixedLocator([1e-3, 1e-2, 1e-1, 1.0]))
     cax.xaxis.set_minor_locator(NullLocator())
     cax.xaxis.set_major_formatter(FixedFormatter(["0.1%", "1%", "10%", "100%"]))  # plain text: no math to lay out
@@ -273,10 +303,10 @@ def _show_curves(lines, values: dict) -> None:
 
 # %% ../nbs/07c_activations.ipynb #a5bb0531
 def _draw_hists(fig: Figure, stats: ActivationStats) -> None:
-    *axes, key = _panel_grid(fig, len(stats.names) + 1)
+    axes, key = _panel_grid(fig, len(stats.names))
     images = _hist_axes(axes, stats.labels, stats.hist_max, stats.n_batches, below=0)
     _show_hists(images, stats.hists)
-    _colour_key(key, images[0])
+    _colour_key(fig, key, images[0])
 
 def _draw_curves(fig: Figure, stats: ActivationStats) -> None:
     axes = fig.subplots(1, 3)
@@ -324,13 +354,14 @@ class _ActivationFigure(FitProgress):
 
     def _artists(self, fig: Figure) -> list:
         labels = self.stats.labels
-        *axes, curves, key = _panel_grid(fig, len(labels) + 2)
+        (*axes, curves), key = _panel_grid(fig, len(labels) + 1)
         n = self._total or self.stats.n_batches
         images = _hist_axes(axes, labels, self.stats.hist_max, n, below=1)
         lines = _curve_axes(curves, labels, f"share with |a| < {self.stats.zero_below:g}", "share near zero")
-        _few_ticks(curves)
+        _few_ticks(curves, [0, 0.5, 1])
+        curves.set_xlim(0, max(n, 1))
         curves.set_ylim(-0.03, 1.03)
-        _colour_key(key, images[0], lines)
+        _colour_key(fig, key, images[0], lines)
         return images + lines
 
     def _fill(self, fig: Figure, artists: list, grow: bool) -> None:

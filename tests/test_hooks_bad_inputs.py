@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import hooks_worker as w
-from looplab.activations import ActivationPlot, ActivationStats, activation_row
+from looplab.activations import ActivationPlot, ActivationStats, _sample_index, activation_row
 from looplab.callback import Callback, CallbackError, CancelFitException
 from looplab.conv import conv_net, signal_dls
 from looplab.hooks import Hook, HookCallback, Hooks, find_modules
@@ -54,17 +54,35 @@ def test_a_layer_run_twice_per_forward_gets_one_row_per_batch_merged_and_says_so
     assert stats.n_batches == 7 and stats.means["lin"].shape == stats.means["head"].shape == (7,)  # was 14 and 7
     assert stats.n_calls == {"lin": 14, "head": 7}
     assert np.allclose(stats.hists["lin"].sum(axis=1), 1.0)  # one histogram of both calls' activations
-    x = torch.randn(40, 40)  # the merged row equals the row of both calls' outputs together
-    with torch.no_grad():
-        first = model.lin(x)
-        second = model.lin(torch.relu(first))
-    merged = ActivationStats()
-    merged.names, merged.layers = ["lin"], [model.lin]
-    merged._batch = [None]
-    merged._batch[0] = (activation_row(first, 40, 10.0, 0.05), first.numel())
-    with pytest.warns(UserWarning):
-        row, n = merged._merge(0, (activation_row(second, 40, 10.0, 0.05), second.numel()))
-    assert n == 3200 and torch.allclose(row, activation_row(torch.cat([first, second]), 40, 10.0, 0.05), atol=1e-5)
+    # the first batch's row equals the row of both calls' sampled outputs together, seen by a hook of our own
+    outputs = []
+    seen = model.lin.register_forward_hook(lambda m, i, out: outputs.append(out.detach().reshape(-1).clone()))
+    stats = ActivationStats()
+    with pytest.warns(UserWarning, match="merges its calls"):
+        learner(model).fit(1, cbs=stats)
+    seen.remove()
+    index = _sample_index(outputs[0].numel(), 1024)  # each call's 1,600 outputs: the same 1,024 positions
+    both = torch.cat([outputs[0][index], outputs[1][index]])
+    expected = activation_row(both, 40, 10.0, 0.05)
+    assert np.allclose(stats.means["lin"][0], expected[0].item(), atol=1e-6)
+    assert np.allclose(stats.stds["lin"][0], expected[1].item(), rtol=1e-6)
+    assert np.array_equal(stats.hists["lin"][0], expected[3:].numpy())
+
+
+def test_an_in_place_operation_after_a_hooked_layer_does_not_reach_its_statistics():
+    "The activations wait on the device until a flush describes them: a ReLU(inplace=True) after the layer must not change them."
+    set_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(40, 20), nn.ReLU(inplace=True), nn.Linear(20, 10))  # 800 outputs: kept whole
+    outputs = []
+    seen = model[1].register_forward_hook(lambda m, i, out: outputs.append(out.detach().clone()))  # before the ReLU
+    stats = ActivationStats(modules=nn.Linear)
+    learner(model).fit(1, cbs=stats)
+    seen.remove()
+    first = outputs[0].reshape(-1)
+    assert (first < 0).sum() > 100  # the ReLU would have zeroed these
+    expected = activation_row(first, 40, 10.0, 0.05)
+    assert np.allclose(stats.means["1"][0], expected[0].item(), atol=1e-6)
+    assert np.array_equal(stats.hists["1"][0], expected[3:].numpy())
 
 
 def test_a_closure_optimizer_counts_batches_and_names_its_evaluations_apart():
@@ -195,8 +213,11 @@ def test_the_live_figure_fits_a_jupyterlab_output_and_has_a_colour_scale():
     learner(conv_net()).fit(1, cbs=plot)  # 4 hooked layers
     fig = plot.live.fig
     assert fig.get_size_inches()[0] * fig.dpi <= 900  # a 1,280 pixel window shows it unshrunk
-    bars = [child for ax in fig.axes for child in ax.child_axes]  # the colour bar's axes, inside the key's panel
+    bars = [ax for ax in fig.axes if not ax.images and not ax.lines]  # the colour bar's axes, in the key's place
     assert [bar.get_xlabel() for bar in bars] == ["share of a batch's activations in a bin"]
+    curves = fig.axes[len(plot.stats.names)]  # the near-zero shares, the panel before the key
+    assert curves.lines and bars[0].get_position().x0 > curves.get_position().x1  # right of it, not over it
+    assert len(fig.legends) == 1 and fig.legends[0].get_title().get_text() == curves.get_title()
     sizes = [label.get_fontsize() for ax in fig.axes for label in ax.get_xticklabels() + ax.get_yticklabels()]
     assert sizes and min(sizes) >= 9  # points: 10 pixels or more at 80 dpi, shown unshrunk
 
