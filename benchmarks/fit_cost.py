@@ -5,7 +5,8 @@ send their pictures). One untimed fit without and one with the plots pay torch's
 then `--rounds` interleaved rounds (without, with, without, with, ...) time the whole `fit` call: setup, every
 picture (the first one included), the per-batch collection, the final frame. Prints per workload the median ratio
 with/without and each round's, the ratio of the fastest fits (the least disturbed by other work on the machine),
-then per plot the frames sent while training (final one aside) and the time from `fit`'s start to the first
+the same ratio in the kernel's CPU time (all its threads; less disturbed by other processes than the wall clock, though
+torch's idle threads spin), then per plot the frames sent while training (final one aside) and the time from `fit`'s start to the first
 placeholder and to the first frame (medians over the rounds).
 
 `--before REV` measures the package of git revision REV too (`git archive` into a temporary folder, imported from
@@ -54,15 +55,15 @@ def timed(make_learner, epochs, make_cbs):
     cbs = make_cbs()
     shown.clear(); drawn.clear()
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     learn.fit(epochs, cbs=cbs)
-    took = time.perf_counter() - start
+    took, cpu = time.perf_counter() - start, time.process_time() - cpu
     plots = []
     for key in dict.fromkeys(k for k, _ in shown):
         times = [t for k, t in drawn if k == key]
         plots.append(dict(frames=max(len(times) - 1, 0), shown=min(t for k, t in shown if k == key) - start,
                           first=times[0] - start if times else None))
-    return dict(seconds=took, plots=plots, names=[type(cb).__name__ for cb in cbs])
+    return dict(seconds=took, cpu=cpu, plots=plots, names=[type(cb).__name__ for cb in cbs])
 """
 
 DIGITS = """
@@ -130,10 +131,13 @@ def measure(name: str, rounds: int, seconds: float, threads: int | None, version
 def report(name: str, epochs: int, pairs: list) -> None:
     "Print one workload's rows: the ratios, then each plot's frames and first times."
     ratios = [b["seconds"] / a["seconds"] for a, b in pairs]
+    cpu_ratios = [b["cpu"] / a["cpu"] for a, b in pairs]
     plain_s = statistics.median(a["seconds"] for a, _ in pairs)
     fastest = min(b["seconds"] for _, b in pairs) / min(a["seconds"] for a, _ in pairs)
     print(f"{name:<36} {epochs:>3} epochs, fit {plain_s:5.2f} s  median ratio {statistics.median(ratios):.3f}  "
           f"fastest {fastest:.3f}  rounds " + " ".join(f"{r:.3f}" for r in ratios), flush=True)
+    print(f"    the kernel's CPU time: median ratio {statistics.median(cpu_ratios):.3f}  rounds "
+          + " ".join(f"{r:.3f}" for r in cpu_ratios), flush=True)
     for i, plot in enumerate(pairs[0][1]["plots"]):
         frames = [b["plots"][i]["frames"] for _, b in pairs]
         shown = [b["plots"][i]["shown"] for _, b in pairs]
