@@ -40,6 +40,8 @@ _ACCUMULATE = {"mps": torch.float32}  # the sums' dtype where float64 is missing
 
 def activation_rows(acts: list[torch.Tensor], bins: int, hist_max: float, zero_below: float) -> torch.Tensor:
     "One `activation_row` per tensor of `acts`, all computed together: a dozen tensor operations, however many rows."
+    if not acts:
+        raise ValueError("activation_rows needs a list of one tensor or more, got an empty list")
     device = acts[0].device
     a = torch.cat([t.detach().reshape(-1).to(device) for t in acts]).float()  # autocast's half-precision outputs too
     counts = torch.tensor([t.numel() for t in acts], device=device)
@@ -248,7 +250,7 @@ def _few_ticks(ax, y_ticks: list[float]) -> None:
     ax.yaxis.set_major_locator(FixedLocator(y_ticks))
 
 def _hist_axes(axes, labels: list[str], hist_max: float, n_batches: int, below: int) -> list:
-    "An image per layer, titled in its line's colour: batch across, |activation| up; tick labels where no panel repeats them."
+    "An image per layer, titled in its line's colour: batch across, |activation| up; ticks where no neighbouring panel has them."
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#440154", under="#440154")  # no activation: darkest
     images = []
     for i, (ax, label) in enumerate(zip(axes, labels)):

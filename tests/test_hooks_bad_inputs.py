@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import hooks_worker as w
-from looplab.activations import ActivationPlot, ActivationStats, _sample_index, activation_row
+from looplab.activations import ActivationPlot, ActivationStats, _sample_index, activation_row, activation_rows
 from looplab.callback import Callback, CallbackError, CancelFitException
 from looplab.conv import conv_net, signal_dls
 from looplab.hooks import Hook, HookCallback, Hooks, find_modules
@@ -236,6 +236,7 @@ def test_a_bad_modules_list_is_refused_before_the_first_batch():
     (lambda: Hooks(nn.Linear(2, 2), print), TypeError, "got one Linear: for one module, use Hook or \\[module\\]"),
     (lambda: Hook(nn.Linear(2, 2), print, backward="yes"), TypeError, "backward must be True or False"),
     (lambda: ActivationStats(sample=0), ValueError, "sample must be an int >= 1"),
+    (lambda: activation_rows([], 40, 10.0, 0.05), ValueError, "a list of one tensor or more, got an empty list"),
     (lambda: ActivationStats(sample=2.5), TypeError, "sample must be an int"),
     (lambda: ActivationPlot(figsize=(0, 3)), ValueError, "figsize\\[0\\] must be a number > 0"),
     (lambda: ActivationPlot(figsize=10), TypeError, "figsize must be None or \\(width, height\\)"),
