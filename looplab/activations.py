@@ -36,28 +36,37 @@ def _output_tensor(module: nn.Module, outputs) -> torch.Tensor:
                         "not a tensor: select modules whose output is a tensor (modules=nn.Conv1d, or a list of them)")
     return outputs
 
-_ACCUMULATE = {"mps": torch.float32}  # the sums' dtype where float64 is missing; float64 everywhere else
+def _rows_of_equal_size(a: torch.Tensor, bins: int, hist_max: float, zero_below: float) -> torch.Tensor:
+    "`activation_row` of each row of `a` (rows, n): reductions along the rows, and one `bincount` for all histograms."
+    rows, n = a.shape
+    if n == 0:  # nothing to describe: no mean, no share
+        return torch.cat([torch.full((rows, 2), math.nan, device=a.device), torch.zeros(rows, 1 + bins, device=a.device)], 1)
+    std, mean = torch.std_mean(a, dim=1, correction=0)
+    size = a.abs().clamp_(max=hist_max).nan_to_num_(nan=hist_max)  # above hist_max, inf and NaN: in the last bin
+    near_zero = (size < zero_below).sum(1, dtype=torch.float32)
+    bin_of = (size * (bins / hist_max)).long().clamp_(max=bins - 1)  # bin k holds [k, k + 1) × hist_max / bins
+    bin_of += torch.arange(rows, device=a.device)[:, None] * bins  # each row's bins apart from the others'
+    hist = torch.bincount(bin_of.reshape(-1), minlength=rows * bins).view(rows, bins).float()
+    shares = torch.cat([near_zero[:, None], hist], 1) / n  # a short batch reads as a full one
+    return torch.cat([mean[:, None], std[:, None], shares], 1)
 
 def activation_rows(acts: list[torch.Tensor], bins: int, hist_max: float, zero_below: float) -> torch.Tensor:
-    "One `activation_row` per tensor of `acts`, all computed together: a dozen tensor operations, however many rows."
+    "One `activation_row` per tensor of `acts`, computed together: a dozen tensor operations per size among them."
     if not acts:
         raise ValueError("activation_rows needs a list of one tensor or more, got an empty list")
     device = acts[0].device
-    a = torch.cat([t.detach().reshape(-1).to(device) for t in acts]).float()  # autocast's half-precision outputs too
-    counts = torch.tensor([t.numel() for t in acts], device=device)
-    n = len(acts)
-    row_of = torch.repeat_interleave(torch.arange(n, device=device), counts, output_size=a.numel())  # each value's row
-    wide = _ACCUMULATE.get(device.type, torch.float64)  # 1,024 float32 values summed one by one lose digits
-    size = a.abs().clamp_(max=hist_max).nan_to_num_(nan=hist_max)  # above hist_max, inf and NaN: in the last bin
-    mean = torch.zeros(n, dtype=wide, device=device).index_add_(0, row_of, a.to(wide)) / counts
-    centred = a.to(wide) - mean[row_of]
-    std = (torch.zeros(n, dtype=wide, device=device).index_add_(0, row_of, centred * centred) / counts).sqrt()
-    near_zero = torch.zeros(n, device=device).index_add_(0, row_of, (size < zero_below).float())
-    bin_of = (size * (bins / hist_max)).long().clamp_(max=bins - 1)  # bin k holds [k, k + 1) × hist_max / bins
-    hist = torch.zeros(n * bins, device=device).index_add_(0, row_of * bins + bin_of, torch.ones_like(size))
-    shares = torch.cat([near_zero[:, None], hist.view(n, bins)], 1) / counts[:, None]  # a short batch reads as a full one
-    shares[counts == 0] = 0.0  # nothing to describe: no mean, no share
-    return torch.cat([mean[:, None].float(), std[:, None].float(), shares], 1)
+    by_size: dict[int, list[int]] = {}  # a layer keeps the same number of activations at every batch: few sizes
+    for k, t in enumerate(acts):
+        by_size.setdefault(t.numel(), []).append(k)
+    parts, order = [], []
+    for ks in by_size.values():
+        a = torch.stack([acts[k].detach().reshape(-1).to(device) for k in ks]).float()  # autocast's outputs too
+        parts.append(_rows_of_equal_size(a, bins, hist_max, zero_below))
+        order += ks
+    rows = torch.cat(parts)
+    if order != sorted(order):  # back in the order of `acts`
+        rows = rows[torch.tensor(order, device=device).argsort()]
+    return rows
 
 def activation_row(a: torch.Tensor, bins: int, hist_max: float, zero_below: float) -> torch.Tensor:
     "Mean, std, share of |a| < `zero_below`, then the share of |a| in each of `bins` bins over [0, `hist_max`] (the last holds all above)."
