@@ -5,9 +5,10 @@ send their pictures). One untimed fit without and one with the plots pay torch's
 then `--rounds` interleaved rounds (without, with, without, with, ...) time the whole `fit` call: setup, every
 picture (the first one included), the per-batch collection, the final frame. Prints per workload the median ratio
 with/without and each round's, the ratio of the fastest fits (the least disturbed by other work on the machine),
-the same ratio in the kernel's CPU time (all its threads; less disturbed by other processes than the wall clock, though
-torch's idle threads spin), then per plot the frames sent while training (final one aside) and the time from `fit`'s start to the first
-placeholder and to the first frame (medians over the rounds).
+the same ratio in the kernel's CPU time (all its threads: where it follows the wall clock round by round, a slow round
+was the machine running slower, not other processes taking the CPU), then per plot the frames sent while training
+(final one aside) and the time from `fit`'s start to the first placeholder and to the first frame (medians over the
+rounds).
 
 `--before REV` measures the package of git revision REV too (`git archive` into a temporary folder, imported from
 there by a kernel of its own), round by round with the working tree's, so that both see the same machine.
