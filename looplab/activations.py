@@ -78,11 +78,8 @@ def _sample_index(numel: int, size: int, device: torch.device | str = "cpu") -> 
     return torch.randperm(numel, generator=g)[:size].sort().values.to(device)
 
 # %% ../nbs/07c_activations.ipynb #c6d264d1
-class _ActivationRecord(HookCallback):
-    "Keeps a fixed sample of each hooked layer's activations at every training batch, on the device; their rows come at a flush."
-    flush_every = 4096  # batches held on the device at most, before one transfer
-    reduce_above = 2**24  # activations kept at most before their rows are computed (64 MB of float32)
-
+class _ActivationKeeper(HookCallback):
+    "Keeps a fixed sample of each hooked layer's activations in each training batch's forward, on the device: a copy."
     def __init__(self, modules=None, bins: int = 40, hist_max: float = 10.0, zero_below: float = 0.05,
                  sample: int | None = 1024):
         super().__init__(modules)
@@ -93,11 +90,6 @@ class _ActivationRecord(HookCallback):
         self._clear()
 
     def _clear(self) -> None:
-        self._kept: list[list] = []  # per batch not yet described, each layer's kept activations (None: it did not run)
-        self._n_kept = 0  # activations in _kept
-        self._pending: list[torch.Tensor] = []  # rows described, not yet transferred: (batches, layers, 3 + bins) each
-        self._n_pending = 0  # batches in _pending
-        self._rows = torch.zeros(0, len(self.names), 3 + self.bins)  # (batches, layers, 3 + bins), on the CPU
         self._batch: list = [None] * len(self.names)  # this batch's kept activations per layer
         self.n_calls = {name: 0 for name in self.names}  # forwards recorded per layer: > n_batches if run twice
         self._warned = False
@@ -131,6 +123,21 @@ class _ActivationRecord(HookCallback):
                           "merges its calls into one row per batch (n_calls counts the calls)", stacklevel=2)
             self._warned = True
         return torch.cat([self._batch[i], a.to(self._batch[i].device, self._batch[i].dtype)])
+
+
+# %% ../nbs/07c_activations.ipynb #43eaaf43
+class _ActivationRecord(_ActivationKeeper):
+    "Gathers each training batch's kept activations; at a flush, describes them in one call and moves the rows to the CPU."
+    flush_every = 4096  # batches held on the device at most, before one transfer
+    reduce_above = 2**24  # activations kept at most before their rows are computed (64 MB of float32)
+
+    def _clear(self) -> None:
+        super()._clear()
+        self._kept: list[list] = []  # per batch not yet described, each layer's kept activations (None: it did not run)
+        self._n_kept = 0  # activations in _kept
+        self._pending: list[torch.Tensor] = []  # rows described, not yet transferred: (batches, layers, 3 + bins) each
+        self._n_pending = 0  # batches in _pending
+        self._rows = torch.zeros(0, len(self.names), 3 + self.bins)  # (batches, layers, 3 + bins), on the CPU
 
     def forward_done(self) -> None:
         "Keep the batch's activations, one entry per layer (None for a layer its forward did not run)."
