@@ -14,13 +14,13 @@ import numpy as np
 import torch
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator
+from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 from matplotlib.transforms import Bbox
 from torch import nn
 
 from .checks import check_int, check_number
 from .hooks import HookCallback
-from .loss_plot import FitProgress, _frame
+from .loss_plot import FitProgress, _few_ticks, _frame
 from .widgets import FigurePlot, _hold_batches, check_figsize
 
 # %% auto #0
@@ -259,11 +259,6 @@ def _panel_grid(fig: Figure, n: int, n_cols: int = 3) -> tuple[list, Bbox]:
                         wspace=0.3, hspace=0.45)
     axes = [fig.add_subplot(grid[i // n_cols, i % n_cols]) for i in range(n)]
     return axes, grid[n // n_cols, n % n_cols].get_position(fig)
-
-def _few_ticks(ax, y_ticks: list[float]) -> None:
-    "About three ticks an axis, the y axis's at `y_ticks`: each tick is five artists to build and its label text to lay out."
-    ax.xaxis.set_major_locator(MaxNLocator(3, integer=True))
-    ax.yaxis.set_major_locator(FixedLocator(y_ticks))
 
 def _hist_axes(axes, labels: list[str], hist_max: float, n_batches: int, below: int) -> list:
     "An image per layer, titled in its line's colour: batch across, |activation| up; ticks where no neighbouring panel has them."

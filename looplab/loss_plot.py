@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatter, MaxNLocator
+from matplotlib.ticker import FixedLocator, LogFormatter, MaxNLocator
 
 from .checks import check_number
 from .learner import _length
@@ -36,6 +36,14 @@ def _log_y(ax) -> None:
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(_PlainLogFormatter())
     ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))  # labels between decades on a short axis
+
+def _few_ticks(ax, y_ticks: list[float] | None = None) -> None:
+    "Three to five ticks an axis (the y axis's at `y_ticks` if given), at round numbers: each is five artists and a label."
+    ax.xaxis.set_major_locator(MaxNLocator(4, integer=True, steps=[1, 2, 2.5, 5, 10]))  # 0, 2500, 5000, 7500
+    if y_ticks is not None:
+        ax.yaxis.set_major_locator(FixedLocator(y_ticks))
+    elif ax.get_yscale() == "linear":  # a log axis keeps its decades
+        ax.yaxis.set_major_locator(MaxNLocator(4, steps=[1, 2, 5, 10]))  # 0, 0.1, 0.2: no 0.025 to read
 
 def _frame(fig: Figure, left: float = 0.9, wspace: float = 0.35) -> None:
     "Fixed margins (`left` in inches); each axes' legend in rows above it, under its title; room at the top for both."
@@ -72,6 +80,7 @@ def _loss_axes(fig: Figure, beta: float, log: bool, n_batches: int | None) -> li
     ax.set_xlim(0, n_batches or 16)
     if log:
         _log_y(ax)
+    _few_ticks(ax)
     _frame(fig)
     return [raw, smooth, valid]
 

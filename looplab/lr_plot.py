@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from .checks import check_int
 from .learner import _length
-from .loss_plot import _frame, _log_y
+from .loss_plot import _few_ticks, _frame, _log_y
 from .recorder import group_momentum
 from .schedule import dry_run_scheduler
 from .widgets import LivePlot, _grown_limits
@@ -56,6 +56,7 @@ def _lr_axes(fig: Figure, planned: dict, n_groups: int, mom: bool, log: bool) ->
         ax.set_ylabel(ylabel)
         if kind == "lr" and log:
             _log_y(ax)
+        _few_ticks(ax)
     _frame(fig)
     return actual
 
