@@ -77,8 +77,8 @@ make_learner().fit(1)  # torch's first-time costs
 epoch_seconds = []
 for _ in range(3):  # the fastest of three: a burst of other work on the machine does not shorten the fits
     start = time.perf_counter()
-    make_learner().fit(1)
-    epoch_seconds.append(time.perf_counter() - start)
+    make_learner().fit(10)  # ten epochs: a fit's own setup, which one epoch would count as training, is a small part
+    epoch_seconds.append((time.perf_counter() - start) / 10)
 EPOCHS = max(2, round({seconds} / min(epoch_seconds)))
 """
 
