@@ -60,6 +60,32 @@ def test_the_y_axis_holds_the_typical_batch_from_the_first_frame_and_marks_the_d
     assert np.flatnonzero(drawing).tolist() == [b - 1 for b in drawn] and np.allclose(drawing[drawing > 0], DRAW)
 
 
+
+def test_on_a_loaded_machine_the_y_axis_holds_the_windows_and_cuts_only_the_draws(frames):
+    "Another program takes the core for 10 ms at every 4th batch: each window of 4 or more batches pays for it, and is typical."
+    clock, shown = frames
+    loads = []
+
+    def loaded(seconds):
+        if seconds == 0.0015:  # the loader's part of a batch
+            loads.append(seconds)
+            seconds += 0.010 if len(loads) % 4 == 0 else 0.0
+        clock.sleep(seconds)
+    learn = sleeping_learner(forward=0.0005, data=0.0015, n=40, sleep=loaded)  # 2 ms a batch, 12 ms at every 4th
+    plot = ProfilePlot(mode="widget", columns=5, clock=clock)
+    learn.fit(1, cbs=plot)
+    drawn = [5 * k for k in range(1, 9)]
+    late = [frame for frame in shown if -(-frame["n"] // 5) >= 4]  # windows of 4 batches or more: a stall in each
+    assert [frame["n"] for frame in late] == [19, 24, 29, 34, 39]
+    for frame in late:
+        assert frame["median_ms"] == pytest.approx(2.0)
+        assert frame["ylim"][1] > 4.5, frame  # above twice the median batch, which would cut every window
+        n = frame["n"]
+        width = -(-n // 5)
+        windows = {(b - 1) // width for b in drawn if b <= n}
+        edges = np.append(np.arange(0, n, width), n)
+        assert frame["marked"] == pytest.approx([(edges[w] + edges[w + 1]) / 2 for w in sorted(windows)]), frame
+
 def test_the_plots_own_drawing_is_a_phase_apart_from_the_callbacks(frames):
     clock, shown = frames
     learn = sleeping_learner(forward=0.001, data=0.001, step_end=0.002, n=40, sleep=clock.sleep)
