@@ -316,6 +316,11 @@ def _window_means(values, width: int) -> np.ndarray:
     starts = np.arange(0, len(values), width)
     return np.add.reduceat(values, starts) / np.diff(np.append(starts, len(values)))
 
+# %% ../nbs/07d_profiler.ipynb #b5e3de24
+def _typical_top(batch_ms: np.ndarray, window_ms: np.ndarray) -> float:
+    "The y axis's top in ms: twice the median batch, or a quarter above the windows' third quartile, the larger."
+    return max(2 * float(np.median(batch_ms)), 1.25 * float(np.percentile(window_ms, 75)))
+
 # %% ../nbs/07d_profiler.ipynb #fd81bf80
 class _PhaseChart(LivePlot):
     "The drawing of ProfilePlot: each phase a band, stacked, over windows of training batches."
@@ -340,15 +345,14 @@ class _PhaseChart(LivePlot):
         width = max(1, math.ceil(n / self.columns))
         edges = np.append(np.arange(0, n, width), n)  # window i spans batches edges[i] to edges[i + 1]
         x = np.repeat(edges, 2)[1:-1]  # each window's mean held flat across it
+        means = {phase: _window_means(self.times[phase], width) * 1e3 for phase in PHASES}
         bottom = np.zeros(len(edges) - 1)
         for phase, band in zip(PHASES, artists):
-            top = bottom + _window_means(self.times[phase], width) * 1e3
+            top = bottom + means[phase]
             band.set_xy(np.column_stack([np.concatenate([x, x[::-1]]),
                                          np.concatenate([np.repeat(top, 2), np.repeat(bottom, 2)[::-1]])]))
             bottom = top
-        own = _window_means(self.times["plot drawing"], width) * 1e3  # its draws stay peaks: cut and marked
-        typical = max(float(np.median(self.batch_times())) * 1e3 * 2,  # twice the median batch, from the first frame
-                      1.25 * float(np.percentile(bottom - own, 75)))  # most windows, on a loaded machine too
+        typical = _typical_top(self.batch_times() * 1e3, bottom - means["plot drawing"])  # its draws stay peaks
         if self._ylim is None or not grow or not 0.6 * self._ylim[1] <= typical <= self._ylim[1]:
             self._ylim = (0.0, typical)  # kept while it fits: a changed axis costs a full redraw
         ax.set_ylim(*self._ylim)
