@@ -51,3 +51,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def deterministic_cudnn():
+    """On a GPU, cuDNN may pick a convolution whose backward adds in a varying order: two identical runs then differ in
+    the last bit. For a test module that compares weights bit for bit, only the deterministic algorithms (no-op on a CPU)."""
+    before = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    yield
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before

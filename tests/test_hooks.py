@@ -25,7 +25,7 @@ from looplab.learner import Learner, set_seed
 from looplab.widgets import LivePlotWarning, Throttle
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # the fixture is conftest's
+pytestmark = pytest.mark.usefixtures("one_thread", "deterministic_cudnn")  # the fixtures are conftest's
 
 
 @pytest.fixture

@@ -66,7 +66,7 @@ def test_a_layer_run_twice_per_forward_gets_one_row_per_batch_merged_and_says_so
     expected = activation_row(both, 40, 10.0, 0.05)
     assert np.allclose(stats.means["lin"][0], expected[0].item(), atol=1e-6)
     assert np.allclose(stats.stds["lin"][0], expected[1].item(), rtol=1e-6)
-    assert np.array_equal(stats.hists["lin"][0], expected[3:].numpy())
+    assert np.array_equal(stats.hists["lin"][0], expected[3:].cpu().numpy())
 
 
 def test_an_in_place_operation_after_a_hooked_layer_does_not_reach_its_statistics():
@@ -82,7 +82,7 @@ def test_an_in_place_operation_after_a_hooked_layer_does_not_reach_its_statistic
     assert (first < 0).sum() > 100  # the ReLU would have zeroed these
     expected = activation_row(first, 40, 10.0, 0.05)
     assert np.allclose(stats.means["1"][0], expected[0].item(), atol=1e-6)
-    assert np.array_equal(stats.hists["1"][0], expected[3:].numpy())
+    assert np.array_equal(stats.hists["1"][0], expected[3:].cpu().numpy())
 
 
 def test_a_closure_optimizer_counts_batches_and_names_its_evaluations_apart():
@@ -124,7 +124,7 @@ def test_a_whole_model_saved_mid_fit_pickles_and_loads_without_hooks():
     learner().fit(1, cbs=[ActivationStats(), saver])
     saver.file.seek(0)
     model = torch.load(saver.file, weights_only=False)
-    model(torch.randn(3, 40))
+    model(torch.randn(3, 40, device=next(model.parameters()).device))  # where it was saved: the GPU, if any
     assert hooks_left(model) == 0
 
 
