@@ -3,7 +3,8 @@
 # every floor at once — in a virtual environment of its own (.venv-floor): the unit tests of what changes between
 # versions (listed below) and the README's quick start.
 # FLOOR_PYTHON names the interpreter to use; by default the first of python3.X (X from min_python) and pyenv's
-# versions of it that runs.
+# versions of it that runs. --build-only builds (or reuses) the environment and stops there: tools/test.sh runs that
+# in the background while the notebooks run, since most of it is waiting on the download of torch's CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${FLOOR_VENV:-.venv-floor}
@@ -45,6 +46,7 @@ wrong = [f"{p} (installed {version(p.split('==')[0])})" for p in sys.argv[1:]
 print(f"Python {sys.version.split()[0]};", ", ".join(f"{p.split('==')[0]} {version(p.split('==')[0])}" for p in sys.argv[1:]))
 sys.exit(f"not at the floor: {wrong}" if wrong else 0)
 PY
+if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 
 echo "-- the README's quick start"
 snippet=$(mktemp --suffix=.py)
