@@ -27,12 +27,12 @@ find_python() {
 }
 
 stamp="$VENV/.looplab-floors"
-if ! [ -f "$stamp" ] || ! [ "$stamp" -nt settings.ini ] || ! [ "$stamp" -nt setup.py ]; then
+if ! [ -f "$stamp" ] || ! [ "$stamp" -nt settings.ini ] || ! [ "$stamp" -nt setup.py ] || ! [ "$stamp" -nt tools/test_floors.sh ]; then
   rm -rf "$VENV"
   "$(find_python)" -m venv "$VENV"
   echo "installing the floors into $VENV: ${pins[*]}"
   # the test tools as settings.ini pins them, and what tests/test_wheel.py builds with (no build isolation there)
-  read -r -a tools <<< "$("$host_python" tools/floors.py dev pytest hypothesis nbformat execnb fastcore)"
+  read -r -a tools <<< "$("$host_python" tools/floors.py dev pytest pytest-xdist hypothesis nbformat execnb fastcore)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${pins[@]}" "${tools[@]}" setuptools wheel
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
   touch "$stamp"
@@ -64,5 +64,6 @@ floor_tests=(tests/test_foundation.py tests/test_learner_api.py tests/test_surfa
              tests/test_fp16.py tests/test_checkpoint.py tests/test_data.py tests/test_samplers.py tests/test_optim.py
              tests/test_schedule.py tests/test_hooks.py tests/test_widgets.py tests/test_throttle.py
              tests/test_loss_plot.py tests/test_distributed.py tests/test_versions.py tests/test_bad_input.py)
+workers=$(nproc); if [ "$workers" -gt 4 ]; then workers=4; fi  # a test file per worker, as in tools/test.sh
 MPLBACKEND=Agg "$VENV/bin/python" -m pytest "${floor_tests[@]}" -q -m "not browser" -k "not new_process" \
-  -p no:cacheprovider "$@"
+  -n "$workers" --dist loadfile -p no:cacheprovider "$@"
