@@ -196,8 +196,11 @@ def test_a_checkpoint_mid_fit_resumes_to_the_same_weights_and_statistics(tmp_pat
     resumed.fit(2, cbs=[resumed_cb, StopAt(None, path)])
     assert all(torch.equal(p, q) for p, q in zip(weights(resumed), weights(whole)))
     assert len(rows(resumed_cb)) == len(rows(whole_cb)) == 10
+    # On the CPU the rows are the same bits. On CUDA the mean and std of each row are reduced by a kernel chosen for
+    # the shape of the whole flush (how many batches it holds), which a resume changes: the last bit may differ.
+    exact = next(resumed.model.parameters()).device.type == "cpu"
     for mine, theirs in zip(rows(resumed_cb), rows(whole_cb)):
-        assert torch.equal(mine, theirs)
+        assert torch.equal(mine, theirs) if exact else torch.allclose(mine, theirs, rtol=1e-5, atol=1e-7)
 
 
 def test_autocast_activations_are_counted_in_float():
