@@ -4,11 +4,12 @@ Each workload gets a kernel of its own (tools/kernel.py: as JupyterLab starts on
 send their pictures). One untimed fit without and one with the plots pay torch's and matplotlib's first-time costs;
 then `--rounds` interleaved rounds (without, with, without, with, ...) time the whole `fit` call: setup, every
 picture (the first one included), the per-batch collection, the final frame. Prints per workload the median ratio
-with/without and each round's, the ratio of the fastest fits (the least disturbed by other work on the machine),
-the same ratio in the kernel's CPU time (all its threads: where it follows the wall clock round by round, a slow round
-was the machine running slower, not other processes taking the CPU), then per plot the frames sent while training
-(final one aside) and the time from `fit`'s start to the first placeholder and to the first frame (medians over the
-rounds).
+with/without, a 95 % interval of that median (a bootstrap over the rounds: on this noisy machine, read a target
+against the interval, not the median alone) and each round's ratio, the ratio of the fastest fits (the least
+disturbed by other work on the machine), the same ratio in the kernel's CPU time (all its threads: where it follows
+the wall clock round by round, a slow round was the machine running slower, not other processes taking the CPU),
+then per plot the frames sent while training (final one aside) and the time from `fit`'s start to the first
+placeholder and to the first frame (medians over the rounds).
 
 `--before REV` measures the package of git revision REV too (`git archive` into a temporary folder, imported from
 there by a kernel of its own), round by round with the working tree's, so that both see the same machine.
@@ -21,6 +22,7 @@ Run: python benchmarks/fit_cost.py [--rounds 5] [--seconds 3] [--conv-epochs 5] 
      [--only NAME ...]
 """
 import argparse
+import random
 import statistics
 import subprocess
 import sys
@@ -129,14 +131,23 @@ def measure(name: str, rounds: int, seconds: float, threads: int | None, version
         report(f"{name}, {label}" if len(pairs) > 1 else name, epochs, rows)
 
 
+def median_interval(values: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    "A 95 % interval of the median of `values` (percentile bootstrap over the rounds): how far noise moves it."
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
 def report(name: str, epochs: int, pairs: list) -> None:
     "Print one workload's rows: the ratios, then each plot's frames and first times."
     ratios = [b["seconds"] / a["seconds"] for a, b in pairs]
     cpu_ratios = [b["cpu"] / a["cpu"] for a, b in pairs]
     plain_s = statistics.median(a["seconds"] for a, _ in pairs)
     fastest = min(b["seconds"] for _, b in pairs) / min(a["seconds"] for a, _ in pairs)
-    print(f"{name:<36} {epochs:>3} epochs, fit {plain_s:5.2f} s  median ratio {statistics.median(ratios):.3f}  "
-          f"fastest {fastest:.3f}  rounds " + " ".join(f"{r:.3f}" for r in ratios), flush=True)
+    lo, hi = median_interval(ratios)
+    print(f"{name:<36} {epochs:>3} epochs, fit {plain_s:5.2f} s  median ratio {statistics.median(ratios):.3f} "
+          f"(95 % interval {lo:.3f}-{hi:.3f})  fastest {fastest:.3f}  rounds " + " ".join(f"{r:.3f}" for r in ratios),
+          flush=True)
     print(f"    the kernel's CPU time: median ratio {statistics.median(cpu_ratios):.3f}  rounds "
           + " ".join(f"{r:.3f}" for r in cpu_ratios), flush=True)
     for i, plot in enumerate(pairs[0][1]["plots"]):
