@@ -249,6 +249,7 @@ class ActivationStats(_ActivationRecord):
 
 # %% ../nbs/07c_activations.ipynb #00bf8195
 _SHARES = dict(vmin=1e-3, vmax=1.0)  # the colour scale: a thousandth of the activations (or none) to all of them
+_SCALE = "colour scale"  # the label of the colour scale's axes
 
 def _panel_grid(fig: Figure, n: int, n_cols: int = 3) -> tuple[list, Bbox]:
     "`n` axes in rows of `n_cols`, with fixed margins in inches; and the place of one more panel, for the key (no axes)."
@@ -283,16 +284,23 @@ def _hist_axes(axes, labels: list[str], hist_max: float, n_batches: int, below: 
 
 # %% ../nbs/07c_activations.ipynb #fce996ea
 def _colour_key(fig: Figure, place: Bbox, image, lines: list | None = None) -> None:
-    "The key at `place` (figure coordinates): the layers' lines (if any) above, the histograms' colour bar below."
-    if lines:
+    "The key at `place` (figure coordinates): the layers' lines (if any) above, the histograms' colour scale below."
+    if lines:  # untitled: the panel beside it names what its lines show
         fig.legend(handles=lines, loc="upper left", bbox_to_anchor=(place.x0, place.y1), frameon=False,
-                   fontsize="small", ncols=2, title=lines[0].axes.get_title(), title_fontsize="small")
-    cax = fig.add_axes((place.x0, place.y0 + 0.25 * place.height, place.width, 0.09 * place.height))
-    fig.colorbar(image, cax=cax, orientation="horizontal")
-    cax.xaxis.set_major_locator(FixedLocator([1e-3, 1e-2, 1e-1, 1.0]))
-    cax.xaxis.set_minor_locator(NullLocator())
-    cax.xaxis.set_major_formatter(FixedFormatter(["0.1%", "1%", "10%", "100%"]))  # plain text: no math to lay out
-    cax.set_xlabel("share of a batch's activations in a bin")
+                   fontsize="small", ncols=2)
+    scale = fig.add_axes((place.x0, place.y0 + 0.25 * place.height, place.width, 0.09 * place.height), label=_SCALE)
+    lo, hi = math.log10(_SHARES["vmin"]), math.log10(_SHARES["vmax"])  # decades of a share: -3 to 0
+    scale.imshow(np.linspace(lo, hi, 256)[None, :], aspect="auto", cmap=image.get_cmap(), vmin=lo, vmax=hi,
+                 extent=(lo, hi, 0, 1), interpolation="nearest")  # one image: a colour bar's mesh costs more to draw
+    scale.yaxis.set_major_locator(NullLocator())
+    decades = list(range(math.ceil(lo), math.floor(hi) + 1))
+    scale.xaxis.set_major_locator(FixedLocator(decades))
+    scale.xaxis.set_major_formatter(FixedFormatter([f"{100 * 10.0 ** d:g}%" for d in decades]))  # 0.1% ... 100%
+    scale.set_xlabel("share of a batch's activations in a bin")
+
+def _panels(fig: Figure) -> list:
+    "The figure's panels: each axes but the colour scale's."
+    return [ax for ax in fig.axes if ax.get_label() != _SCALE]
 
 def _show_hists(images, hists: dict) -> None:
     "Each layer's histograms on its image: one column per batch, the share of the batch's activations per bin."
@@ -381,7 +389,7 @@ class _ActivationFigure(FitProgress):
         n_layers = len(self.stats.names)
         _show_hists(artists[:n_layers], self.stats.hists)
         _show_curves(artists[n_layers:], self.stats.near_zero)
-        panels = [ax for ax in fig.axes if ax.images or ax.lines]
+        panels = _panels(fig)
         if not grow:  # the final picture, or plot(): the x axes hold what was done (a stopped fit: no empty tail)
             for ax in panels:
                 ax.set_xlim(0, max(self.stats.n_batches, 1))

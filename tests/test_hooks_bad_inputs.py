@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 import hooks_worker as w
-from looplab.activations import ActivationPlot, ActivationStats, _sample_index, activation_row, activation_rows
+from looplab.activations import (ActivationPlot, ActivationStats, _panels, _sample_index, activation_row,
+                                 activation_rows)
 from looplab.callback import Callback, CallbackError, CancelFitException
 from looplab.conv import conv_net, signal_dls
 from looplab.hooks import Hook, HookCallback, Hooks, find_modules
@@ -203,9 +204,9 @@ def test_after_a_stopped_fit_the_axes_hold_what_was_done(kind):
     learn.fit(5, cbs=[plot, Stop() if kind == "cancel" else Remove(plot)])
     done = plot.stats.n_batches
     assert done in (2, 4)
-    panels = [ax for ax in plot.live.fig.axes if ax.images or ax.lines]
+    panels = _panels(plot.live.fig)
     assert len(panels) == 4 and all(ax.get_xlim() == (0, done) for ax in panels)  # not the 35 batches planned
-    assert all(ax.get_xlim() == (0, done) for ax in plot.plot().axes if ax.images or ax.lines)
+    assert all(ax.get_xlim() == (0, done) for ax in _panels(plot.plot()))
 
 
 def test_the_live_figure_fits_a_jupyterlab_output_and_has_a_colour_scale():
@@ -213,11 +214,14 @@ def test_the_live_figure_fits_a_jupyterlab_output_and_has_a_colour_scale():
     learner(conv_net()).fit(1, cbs=plot)  # 4 hooked layers
     fig = plot.live.fig
     assert fig.get_size_inches()[0] * fig.dpi <= 900  # a 1,280 pixel window shows it unshrunk
-    bars = [ax for ax in fig.axes if not ax.images and not ax.lines]  # the colour bar's axes, in the key's place
+    bars = [ax for ax in fig.axes if ax not in _panels(fig)]  # the colour scale's axes, in the key's place
     assert [bar.get_xlabel() for bar in bars] == ["share of a batch's activations in a bin"]
+    assert [t.get_text() for t in bars[0].get_xticklabels()] == ["0.1%", "1%", "10%", "100%"]
+    scale = bars[0].images[0]  # the colour map of the histograms, over the decades their shares span
+    assert scale.get_cmap().name == plot.live.fig.axes[0].images[0].get_cmap().name and bars[0].get_xlim() == (-3, 0)
     curves = fig.axes[len(plot.stats.names)]  # the near-zero shares, the panel before the key
     assert curves.lines and bars[0].get_position().x0 > curves.get_position().x1  # right of it, not over it
-    assert len(fig.legends) == 1 and fig.legends[0].get_title().get_text() == curves.get_title()
+    assert len(fig.legends) == 1 and [t.get_text() for t in fig.legends[0].get_texts()] == plot.stats.labels
     sizes = [label.get_fontsize() for ax in fig.axes for label in ax.get_xticklabels() + ax.get_yticklabels()]
     assert sizes and min(sizes) >= 9  # points: 10 pixels or more at 80 dpi, shown unshrunk
 
