@@ -8,8 +8,9 @@ with/without, a 95 % interval of that median (a bootstrap over the rounds: on th
 against the interval, not the median alone) and each round's ratio, the ratio of the fastest fits (the least
 disturbed by other work on the machine), the same ratio in the kernel's CPU time (all its threads: where it follows
 the wall clock round by round, a slow round was the machine running slower, not other processes taking the CPU),
-then per plot the frames sent while training (final one aside) and the time from `fit`'s start to the first
-placeholder and to the first frame (medians over the rounds).
+the seconds the plot adds to the fit (a median with its interval: a fixed cost reads the same whether the round's
+fits ran fast or slow), then per plot the frames sent while training (final one aside) and the time from `fit`'s
+start to the first placeholder and to the first frame (medians over the rounds).
 
 `--before REV` measures the package of git revision REV too (`git archive` into a temporary folder, imported from
 there by a kernel of its own), round by round with the working tree's, so that both see the same machine.
@@ -148,6 +149,9 @@ def report(name: str, epochs: int, pairs: list) -> None:
     print(f"{name:<36} {epochs:>3} epochs, fit {plain_s:5.2f} s  median ratio {statistics.median(ratios):.3f} "
           f"(95 % interval {lo:.3f}-{hi:.3f})  fastest {fastest:.3f}  rounds " + " ".join(f"{r:.3f}" for r in ratios),
           flush=True)
+    extra = [b["seconds"] - a["seconds"] for a, b in pairs]  # what the plot adds, whatever the fit's own speed
+    lo, hi = median_interval(extra)
+    print(f"    seconds added: median {statistics.median(extra):.3f} s (95 % interval {lo:.3f}-{hi:.3f})", flush=True)
     print(f"    the kernel's CPU time: median ratio {statistics.median(cpu_ratios):.3f}  rounds "
           + " ".join(f"{r:.3f}" for r in cpu_ratios), flush=True)
     for i, plot in enumerate(pairs[0][1]["plots"]):
