@@ -214,7 +214,8 @@ def test_the_live_figure_fits_a_jupyterlab_output_and_has_a_colour_scale():
     learner(conv_net()).fit(1, cbs=plot)  # 4 hooked layers
     fig = plot.live.fig
     assert fig.get_size_inches()[0] * fig.dpi <= 900  # a 1,280 pixel window shows it unshrunk
-    bars = [ax for ax in fig.axes if ax not in _panels(fig)]  # the colour scale's axes, in the key's place
+    panels = _panels(fig)
+    bars = [ax for ax in fig.axes if ax not in panels]  # the colour scale's axes, in the key's place
     assert [bar.get_xlabel() for bar in bars] == ["share of a batch's activations in a bin"]
     assert [t.get_text() for t in bars[0].get_xticklabels()] == ["0.1%", "1%", "10%", "100%"]
     scale = bars[0].images[0]  # the colour map of the histograms, over the decades their shares span
