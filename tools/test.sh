@@ -10,13 +10,13 @@ root=$(pwd)
 # torch 2.4's CUDA build, which the notebooks and pytest do not need. Its output is shown at step 5, where it is used.
 floor_pid=
 floor_log=$(mktemp)
-stop_floor_build() {
-  if [ -n "$floor_pid" ] && kill -0 "$floor_pid" 2>/dev/null; then pkill -P "$floor_pid" || true; kill "$floor_pid" || true; fi
+stop_floor_build() {  # a run that fails first ends the build too: its process group, pip's processes included
+  if [ -n "$floor_pid" ] && kill -0 "$floor_pid" 2>/dev/null; then kill -- "-$floor_pid" 2>/dev/null || true; fi
   rm -f "$floor_log"
 }
 trap stop_floor_build EXIT
 if [ "${FLOORS:-1}" != "0" ]; then
-  bash tools/test_floors.sh --build-only >"$floor_log" 2>&1 &
+  setsid bash tools/test_floors.sh --build-only >"$floor_log" 2>&1 &  # a process group of its own, led by $!
   floor_pid=$!
   echo "== the floor run's environment (.venv-floor) is being built in the background; its output follows at step 5"
 fi
