@@ -321,6 +321,17 @@ def _typical_top(batch_ms: np.ndarray, window_ms: np.ndarray) -> float:
     "The y axis's top in ms: twice the median batch, or a quarter above the windows' third quartile, the larger."
     return max(2 * float(np.median(batch_ms)), 1.25 * float(np.percentile(window_ms, 75)))
 
+# %% ../nbs/07d_profiler.ipynb #8a2cb643
+def _stack(bands: list, x: np.ndarray, heights: list[np.ndarray]) -> np.ndarray:
+    "Each band a polygon on the one below, flat across each window (edges `x`); the stack's top, per window."
+    bottom = np.zeros(len(x) // 2)
+    for band, height in zip(bands, heights):
+        top = bottom + height
+        band.set_xy(np.column_stack([np.concatenate([x, x[::-1]]),
+                                     np.concatenate([np.repeat(top, 2), np.repeat(bottom, 2)[::-1]])]))
+        bottom = top
+    return bottom
+
 # %% ../nbs/07d_profiler.ipynb #fd81bf80
 class _PhaseChart(LivePlot):
     "The drawing of ProfilePlot: each phase a band, stacked, over windows of training batches."
@@ -346,17 +357,12 @@ class _PhaseChart(LivePlot):
         edges = np.append(np.arange(0, n, width), n)  # window i spans batches edges[i] to edges[i + 1]
         x = np.repeat(edges, 2)[1:-1]  # each window's mean held flat across it
         means = {phase: _window_means(self.times[phase], width) * 1e3 for phase in PHASES}
-        bottom = np.zeros(len(edges) - 1)
-        for phase, band in zip(PHASES, artists):
-            top = bottom + means[phase]
-            band.set_xy(np.column_stack([np.concatenate([x, x[::-1]]),
-                                         np.concatenate([np.repeat(top, 2), np.repeat(bottom, 2)[::-1]])]))
-            bottom = top
-        typical = _typical_top(self.batch_times() * 1e3, bottom - means["plot drawing"])  # its draws stay peaks
+        total = _stack(artists[:-1], x, [means[phase] for phase in PHASES])
+        typical = _typical_top(self.batch_times() * 1e3, total - means["plot drawing"])  # its draws stay peaks
         if self._ylim is None or not grow or not 0.6 * self._ylim[1] <= typical <= self._ylim[1]:
             self._ylim = (0.0, typical)  # kept while it fits: a changed axis costs a full redraw
         ax.set_ylim(*self._ylim)
-        above = bottom > self._ylim[1]
+        above = total > self._ylim[1]
         artists[-1].set_data((edges[:-1] + edges[1:])[above] / 2, np.full(above.sum(), self._ylim[1]))
         if not grow:  # the final picture: the batches done (a stopped fit has no empty tail)
             ax.set_xlim(0, max(n, 1))
