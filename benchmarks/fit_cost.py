@@ -14,13 +14,17 @@ start to the first placeholder and to the first frame (medians over the rounds).
 
 `--before REV` measures the package of git revision REV too (`git archive` into a temporary folder, imported from
 there by a kernel of its own), round by round with the working tree's, so that both see the same machine.
+`--matplotlib-from DIR` adds a kernel of the working tree's package that imports matplotlib from DIR (made by
+`pip install --target DIR matplotlib==X`): the same plots under another matplotlib. Each kernel's torch and matplotlib
+versions are printed first: matplotlib's text drawing is most of a first frame's time, and 3.11 draws text about four
+times slower than 3.10 (settings.ini leaves 3.11 out).
 `--threads N` sets torch's threads in the digits workloads (default: torch's own; the conv net uses 1, as 07c).
 
 Workloads: the digits MLP of notebook 05b for about `--seconds` (LossPlot; LossPlot and LRPlot together), and the
 conv net of notebook 07c, `--conv-epochs` epochs (5 by default: about a second; ActivationStats alone, then
 ActivationPlot).
 Run: python benchmarks/fit_cost.py [--rounds 5] [--seconds 3] [--conv-epochs 5] [--before HEAD] [--threads 1]
-     [--only NAME ...]
+     [--matplotlib-from DIR] [--only NAME ...]
 """
 import argparse
 import random
@@ -107,18 +111,23 @@ WORKLOADS = {
 
 
 def measure(name: str, rounds: int, seconds: float, threads: int | None, versions: dict[str, Path],
-            conv_epochs: int = 5) -> None:
-    "Time the workload `name` in one kernel per version (label -> folder it imports looplab from), rounds interleaved."
+            conv_epochs: int = 5, envs: dict[str, dict] | None = None) -> None:
+    """Time the workload `name` in one kernel per version (label -> folder it imports looplab from), rounds interleaved;
+    `envs`: label -> variables set in that kernel (PYTHONPATH, for another matplotlib)."""
     workload, imports, cbs = WORKLOADS[name]
     setup = SETUP + workload.format(seconds=seconds, conv_epochs=conv_epochs,
                                     threads="" if threads is None else f"torch.set_num_threads({threads})")
     with ExitStack() as stack:
-        kernels = {label: stack.enter_context(fresh_kernel(cwd, prefix="looplab-cost-"))[1] for label, cwd in versions.items()}
+        kernels = {label: stack.enter_context(fresh_kernel(cwd, prefix="looplab-cost-", env=(envs or {}).get(label)))[1]
+                   for label, cwd in versions.items()}
         epochs = None
         for label, kc in kernels.items():
             run_cell(kc, setup + imports, silence=600)
-            where, = results(run_cell(kc, "import looplab; print('RESULT', json.dumps([looplab.__file__, EPOCHS]))"))
+            where, = results(run_cell(kc, "import looplab, matplotlib; print('RESULT', json.dumps("
+                                          "[looplab.__file__, EPOCHS, torch.__version__, matplotlib.__version__]))"))
             assert Path(where[0]).parent.parent == versions[label], f"{label} imported looplab from {where[0]}"
+            # the versions that set the figures (matplotlib's text drawing is most of a first frame's time)
+            print(f"{name}, {label}: torch {where[2]}, matplotlib {where[3]}", flush=True)
             epochs = epochs or where[1]  # the first kernel's measure, for all: the same fits
             run_cell(kc, f"EPOCHS = {epochs}")
             run_cell(kc, f"timed(make_learner, 1, lambda: {cbs})")  # the plots' first-time costs (fonts, imports)
@@ -178,14 +187,24 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=sorted(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--before", metavar="REV", help="also measure the package of this git revision (e.g. HEAD)")
     parser.add_argument("--threads", type=int, help="torch threads in the digits workloads (default: torch's own)")
+    parser.add_argument("--matplotlib-from", metavar="DIR", type=Path,
+                        help="also measure the working tree's package with the matplotlib installed in DIR")
     args = parser.parse_args()
     print(f"whole fit in a fresh kernel, with/without, {args.rounds} interleaved rounds; torch threads "
           f"{args.threads or 'default'}; on a machine shared with other work, the rounds spread")
     with tempfile.TemporaryDirectory(prefix="looplab-before-") as tmp:
         versions = {"now": ROOT} if args.before is None else {f"before ({args.before})": package_at(args.before, Path(tmp)),
                                                                "now": ROOT}
+        envs = {}
+        if args.matplotlib_from is not None:
+            if not (args.matplotlib_from / "matplotlib").is_dir():
+                parser.error(f"--matplotlib-from {args.matplotlib_from}: no matplotlib there; make it with "
+                             f"pip install --target {args.matplotlib_from} --no-deps matplotlib==3.11.2")
+            label = f"now, matplotlib from {args.matplotlib_from}"
+            versions[label] = ROOT
+            envs[label] = {"PYTHONPATH": str(args.matplotlib_from.resolve())}
         for name in args.only:
-            measure(name, args.rounds, args.seconds, args.threads, versions, args.conv_epochs)
+            measure(name, args.rounds, args.seconds, args.threads, versions, args.conv_epochs, envs)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,12 @@ from pathlib import Path
 
 
 @contextmanager
-def fresh_kernel(cwd: str | Path, prefix: str = "looplab-kernel-"):
-    "Yield `(manager, client)` of a ready kernel in `cwd`, on local sockets (IPC: no TCP); shut down on exit, always."
+def fresh_kernel(cwd: str | Path, prefix: str = "looplab-kernel-", env: dict[str, str] | None = None):
+    """Yield `(manager, client)` of a ready kernel in `cwd`, on local sockets (IPC: no TCP); shut down on exit, always.
+    `env`: variables to set in the kernel besides this process's (PYTHONPATH, to import another version of a package)."""
     from jupyter_client.manager import KernelManager
     # as a student's kernel: matplotlib picks its inline backend, and nothing is shortened for nbdev_test
-    env = {k: v for k, v in os.environ.items() if k not in ("IN_TEST", "MPLBACKEND")}
+    env = {**{k: v for k, v in os.environ.items() if k not in ("IN_TEST", "MPLBACKEND")}, **(env or {})}
     with tempfile.TemporaryDirectory(prefix=prefix) as sockets:
         km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
         km.start_kernel(cwd=str(cwd), env=env)
