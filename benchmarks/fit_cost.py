@@ -15,9 +15,9 @@ start to the first placeholder and to the first frame (medians over the rounds).
 `--before REV` measures the package of git revision REV too (`git archive` into a temporary folder, imported from
 there by a kernel of its own), round by round with the working tree's, so that both see the same machine.
 `--matplotlib-from DIR` adds a kernel of the working tree's package that imports matplotlib from DIR (made by
-`pip install --target DIR matplotlib==X`): the same plots under another matplotlib. Each kernel's torch and matplotlib
-versions are printed first: matplotlib's text drawing is most of a first frame's time, and 3.11 draws text about four
-times slower than 3.10 (settings.ini leaves 3.11 out).
+`pip install --target DIR --no-deps matplotlib==X`): the same plots under another matplotlib. Each kernel's torch
+and matplotlib versions are printed first: matplotlib's text drawing is most of a first frame's time, and 3.11 draws
+text about four times slower than 3.10 (settings.ini leaves 3.11 out).
 `--threads N` sets torch's threads in the digits workloads (default: torch's own; the conv net uses 1, as 07c).
 
 Workloads: the digits MLP of notebook 05b for about `--seconds` (LossPlot; LossPlot and LRPlot together), and the
@@ -190,6 +190,9 @@ def main() -> None:
     parser.add_argument("--matplotlib-from", metavar="DIR", type=Path,
                         help="also measure the working tree's package with the matplotlib installed in DIR")
     args = parser.parse_args()
+    if args.matplotlib_from is not None and not (args.matplotlib_from / "matplotlib").is_dir():
+        parser.error(f"--matplotlib-from {args.matplotlib_from}: no matplotlib there; make it with "
+                     f"pip install --target {args.matplotlib_from} --no-deps matplotlib==3.11.2")
     print(f"whole fit in a fresh kernel, with/without, {args.rounds} interleaved rounds; torch threads "
           f"{args.threads or 'default'}; on a machine shared with other work, the rounds spread")
     with tempfile.TemporaryDirectory(prefix="looplab-before-") as tmp:
@@ -197,9 +200,6 @@ def main() -> None:
                                                                "now": ROOT}
         envs = {}
         if args.matplotlib_from is not None:
-            if not (args.matplotlib_from / "matplotlib").is_dir():
-                parser.error(f"--matplotlib-from {args.matplotlib_from}: no matplotlib there; make it with "
-                             f"pip install --target {args.matplotlib_from} --no-deps matplotlib==3.11.2")
             label = f"now, matplotlib from {args.matplotlib_from}"
             versions[label] = ROOT
             envs[label] = {"PYTHONPATH": str(args.matplotlib_from.resolve())}

@@ -42,6 +42,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of --against, each process's in turn")
     parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)  # a child of --against: the number only
     args = parser.parse_args()
+    if args.against is not None and not os.path.isdir(os.path.join(args.against, "matplotlib")):
+        parser.error(f"--against {args.against}: no matplotlib there; make it with "
+                     f"pip install --target {args.against} --no-deps matplotlib==3.11.2")
     if args.bare:
         print(f"{matplotlib.__version__} {label_ms(args.repeats)}")
         return
