@@ -11,6 +11,10 @@ Usage: run_tour.py [NBS_DIR | NOTEBOOK ...] [--save] [--check] [--out DIR] [--jo
            Each kernel runs torch with CHECK_THREADS (1) thread, not the count --save used (one per core): a
            number the prose claims is asserted beside it, so a claim that holds only at the committed thread
            count fails here, at no cost of a second run
+  Whatever --save runs on, its kernels use torch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2) where the CPU has them:
+  an AVX-512 CPU would pick others, whose last bits differ, and a training run near divergence grows those bits into
+  other numbers. So a save on either machine commits the same outputs; the prose quotes the range a claim takes over
+  seeds, thread counts and kernels (`tools/claims.py`), and the asserts check that range.
   --out    also write the executed notebooks (normalised) to DIR, to read them
   --jobs   notebooks executed at once (default 1: the times are then each notebook's own); with N > 1 each
            kernel gets cores/N torch threads (OMP_NUM_THREADS), so that they do not contend: for --check and
@@ -34,6 +38,7 @@ from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).parent))
 from notebook_outputs import REFRESH, compare, normalise  # noqa: E402
+from text_boxes import describe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,13 +52,12 @@ def write_startup(sockets: str) -> None:
 
 
 def text_over_text(log: Path) -> list[str]:
-    "The overlaps a kernel's draws wrote to `log` (tools/text_boxes.py), each once, as lines to print."
+    "The texts too close that a kernel's draws wrote to `log` (tools/text_boxes.py), each once, as lines to print."
     if not log.exists():
         return []
     found = {}  # a picture is drawn more than once (the inline backend measures, then draws): each pair once
     for r in map(json.loads, log.read_text().splitlines()):
-        found.setdefault((r["a"], r["b"]), f"{r['a']} and {r['b']} overlap by {r['overlap'][0]}x{r['overlap'][1]} px "
-                                           f"(in a {r['figure']} picture)")
+        found.setdefault((r["a"], r["b"]), f"{describe(r['a'], r['b'], *r['shared'])} (in a {r['figure']} picture)")
     return list(found.values())
 
 
@@ -77,6 +81,7 @@ def execute(path: Path, sockets: str) -> tuple[object, float, str]:
     return nb, time.perf_counter() - start, status
 
 
+SAVE_CAPABILITY = "avx2"  # the kernels --save runs torch with, where the CPU has them: the same on AVX2 and AVX-512 CPUs
 THREAD_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # what changes torch's thread count from its default
 CHECK_THREADS = 1  # --check's torch threads per kernel: another count than --save's default (one per core)
 
@@ -84,6 +89,14 @@ CHECK_THREADS = 1  # --check's torch threads per kernel: another count than --sa
 def check_threads() -> dict[str, str]:
     "The thread settings --check gives each kernel: CHECK_THREADS, whatever `--jobs`; a count set by the caller wins."
     return {name: os.environ.get(name) or str(CHECK_THREADS) for name in THREAD_SETTINGS}
+
+
+def save_capability() -> dict[str, str]:
+    "ATEN_CPU_CAPABILITY for --save's kernels: SAVE_CAPABILITY where this CPU runs it, else nothing (its own kernels)."
+    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    own = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout.strip().lower()
+    return {"ATEN_CPU_CAPABILITY": SAVE_CAPABILITY} if own in ("avx2", "avx512") else {}
 
 
 def save_refusal(jobs: int) -> str | None:
@@ -113,7 +126,10 @@ def main(paths: list[Path], save: bool = False, check: bool = False, out_dir: st
     os.environ.pop("IN_TEST", None)
     if check:
         os.environ.update(check_threads())
-    elif save and (os.cpu_count() or 1) == CHECK_THREADS:
+    if save:
+        os.environ.pop("ATEN_CPU_CAPABILITY", None)
+        os.environ.update(save_capability())
+    if save and (os.cpu_count() or 1) == CHECK_THREADS:
         print(f"note: --save on {CHECK_THREADS} core runs torch with {CHECK_THREADS} thread, as --check does: the "
               "check will not see another thread count than the committed one", file=sys.stderr)
     if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
