@@ -31,7 +31,7 @@ def drawn(code: str) -> Figure:
 
 def test_a_title_over_a_legend_is_found_and_named():
     fig = drawn(TITLE_ON_LEGEND)
-    found = text_boxes.overlaps(text_boxes.text_boxes(fig, fig.canvas.get_renderer()))
+    found = text_boxes.too_close(text_boxes.text_boxes(fig, fig.canvas.get_renderer()))
     assert [(a, b) for a, b, _, _ in found] == [("axes 0 title 'a title on it'", "axes 0 legend")]
     assert all(w > 1 and h > 1 for _, _, w, h in found)
 
@@ -43,7 +43,7 @@ def test_a_title_over_a_legend_is_found_and_named():
 ])
 def test_a_figure_laid_out_as_matplotlib_does_has_no_overlap(code):
     fig = drawn(code)
-    assert text_boxes.overlaps(text_boxes.text_boxes(fig, fig.canvas.get_renderer())) == []
+    assert text_boxes.too_close(text_boxes.text_boxes(fig, fig.canvas.get_renderer())) == []
 
 
 def test_two_panels_whose_labels_collide_are_found():
@@ -54,8 +54,29 @@ def test_two_panels_whose_labels_collide_are_found():
     left.set_title("a long title on the left")
     right.set_title("and one on the right")
     fig.canvas.draw()
-    found = text_boxes.overlaps(text_boxes.text_boxes(fig, fig.canvas.get_renderer()))
+    found = text_boxes.too_close(text_boxes.text_boxes(fig, fig.canvas.get_renderer()))
     assert ("axes 0 title 'a long title on the left'", "axes 1 title 'and one on the right'") in [f[:2] for f in found]
+
+
+@pytest.mark.parametrize("gap, flagged", [(0.3, True), (1.5, True), (4.0, False)])
+def test_two_titles_a_fraction_of_a_pixel_apart_are_found(gap, flagged):
+    "Side by side and not overlapping, two titles 0.3 px apart read as one word ('coveredepoch 30'): too close."
+    fig = Figure(figsize=(6, 2), dpi=80)
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    left.set_title("mode covered")
+    right.set_title("epoch 30")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    shift = left.title.get_window_extent(renderer).x1 + gap - right.title.get_window_extent(renderer).x0
+    right.title.set_x(right.title.get_position()[0] + shift / right.bbox.width)  # `gap` px right of the left title
+    fig.canvas.draw()
+    found = text_boxes.too_close(text_boxes.text_boxes(fig, renderer))
+    pair = [(w, h) for a, b, w, h in found if "mode covered" in a and "epoch 30" in b]
+    assert bool(pair) == flagged, (gap, found)
+    if flagged:
+        assert pair[0][0] == pytest.approx(-gap, abs=0.15)  # a gap: negative width
+        assert text_boxes.describe("a", "b", *pair[0]) == f"a and b are {-pair[0][0]:g} px apart (less than 2)"
 
 
 def test_watch_logs_each_draw_with_an_overlap(tmp_path, monkeypatch):

@@ -1,9 +1,10 @@
 """Text over text in a picture: the boxes of a figure's titles, axis labels and legends, as matplotlib drew them,
-and the pairs that overlap.
+and the pairs that overlap or come closer than a
+few pixels (two titles 0.3 px apart read as one word).
 
 `tools/run_tour.py` loads this file into every kernel it starts (as an IPython startup file), where `watch()` wraps
 `Figure.draw`: each time a figure is drawn (pyplot's inline pictures, a plot's `_repr_png_`, a live plot's frames),
-the boxes are measured with the renderer that drew them, and each overlap is written as a JSON line to the file
+the boxes are measured with the renderer that drew them, and each pair too close is written as a JSON line to the file
 named by $LOOPLAB_TEXT_BOXES. The committed pictures are drawn by exactly these draws, so a notebook whose picture
 puts a title on its legend fails the outputs check, naming the texts."""
 from __future__ import annotations
@@ -45,20 +46,31 @@ def text_boxes(fig, renderer) -> list[tuple[str, object]]:
     return boxes
 
 
-def overlaps(boxes: list[tuple[str, object]], tolerance: float = 1.0) -> list[tuple[str, str, float, float]]:
-    "Pairs of boxes that share more than `tolerance` pixels both across and down: (name, name, width, height)."
+MARGIN = 2.0  # pixels: two texts closer than this read as one ("coveredepoch 30"), though they do not overlap
+
+
+def too_close(boxes: list[tuple[str, object]], margin: float = MARGIN) -> list[tuple[str, str, float, float]]:
+    """Pairs of boxes that come closer than `margin` pixels both across and down: (name, name, width, height) of what
+    they share, where a negative width or height is the gap between them (-0.3: 0.3 px apart)."""
     found = []
     for i, (a, box_a) in enumerate(boxes):
         for b, box_b in boxes[i + 1:]:
             width = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
             height = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
-            if width > tolerance and height > tolerance:
+            if width > -margin and height > -margin:
                 found.append((a, b, round(width, 1), round(height, 1)))
     return found
 
 
+def describe(a: str, b: str, width: float, height: float) -> str:
+    "What a pair of `too_close` says, in words."
+    if width > 0 and height > 0:
+        return f"{a} and {b} overlap by {width}x{height} px"
+    return f"{a} and {b} are {-min(width, height)} px apart (less than {MARGIN:g})"
+
+
 def watch(log: str) -> None:
-    "Wrap `Figure.draw` so that each draw appends its overlapping text boxes, if any, to `log` (JSON lines)."
+    "Wrap `Figure.draw` so that each draw appends its text boxes too close, if any, to `log` (JSON lines)."
     from matplotlib.figure import Figure
 
     draw = Figure.draw
@@ -68,14 +80,14 @@ def watch(log: str) -> None:
     def checked_draw(self, renderer):
         result = draw(self, renderer)
         try:
-            found = overlaps(text_boxes(self, renderer))
+            found = too_close(text_boxes(self, renderer))
         except Exception as e:  # a figure the measuring does not understand: say so, never break the draw
             found = [("(measuring failed)", f"{type(e).__name__}: {e}", 0.0, 0.0)]
         if found:
             width, height = self.canvas.get_width_height()
             with open(log, "a") as f:
                 for a, b, w, h in found:
-                    f.write(json.dumps({"figure": f"{width}x{height} px", "a": a, "b": b, "overlap": [w, h]}) + "\n")
+                    f.write(json.dumps({"figure": f"{width}x{height} px", "a": a, "b": b, "shared": [w, h]}) + "\n")
         return result
 
     checked_draw._text_boxes_watch = True
