@@ -30,3 +30,17 @@ def test_the_check_count_is_not_the_committed_one_and_reaches_torch():
     checked = int(subprocess.run(ask, env={**env, **run_tour.check_threads()}, capture_output=True, text=True,
                                  check=True).stdout)
     assert checked == run_tour.CHECK_THREADS != saved, (checked, saved)
+
+
+def test_save_runs_torch_s_avx2_kernels_where_the_cpu_has_them():
+    "--save's kernels compute as an AVX2 machine does, on an AVX-512 one too: the committed outputs do not flip."
+    probe = [sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"]
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    own = subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    setting = run_tour.save_capability()
+    if own not in ("AVX2", "AVX512"):
+        assert setting == {}, "a CPU without AVX2 saves with its own kernels"
+        return
+    assert setting == {"ATEN_CPU_CAPABILITY": "avx2"}
+    used = subprocess.run(probe, env={**env, **setting}, capture_output=True, text=True, check=True).stdout.strip()
+    assert used == "AVX2", used

@@ -24,6 +24,7 @@ where it failed. Exit status 1 if any claim failed anywhere, so the same command
 from __future__ import annotations
 
 import ast
+import builtins
 import itertools
 import json
 import os
@@ -131,7 +132,7 @@ def _free_names(test: ast.AST) -> list[str]:
     bound = {n.id for g in ast.walk(test) if isinstance(g, ast.comprehension) for n in ast.walk(g.target)
              if isinstance(n, ast.Name)}
     names = [n.id for n in ast.walk(test) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-    return [n for n in dict.fromkeys(names) if n not in bound and n not in dir(__builtins__)]
+    return [n for n in dict.fromkeys(names) if n not in bound and not hasattr(builtins, n)]
 
 
 class _Recorder(ast.NodeTransformer):
