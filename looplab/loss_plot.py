@@ -63,7 +63,7 @@ def _frame(fig: Figure, left: float = 0.9, wspace: float = 0.35) -> None:
         if n:
             legend_top = max(legend_top, (legend.get_window_extent(renderer).y1 - ax.bbox.y1) * 72 / fig.dpi)
     for ax in fig.axes if legend_top else []:  # every title over the highest legend: side by side, they line up
-        ax.set_title(ax.get_title(), pad=legend_top + 4)  # the pad is to the title's baseline: room for descenders
+        ax.set_title(ax.get_title(), pad=legend_top + 6)  # to the title's baseline: room for descenders, ( and β too
     above = max(ax.title.get_window_extent(renderer).y1 - ax.bbox.y1 for ax in fig.axes) / fig.dpi
     fig.subplots_adjust(top=1 - (above + 0.08) / height)
 
