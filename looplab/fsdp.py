@@ -5,8 +5,13 @@
 # %% ../nbs/15_fsdp.ipynb #d458ad63
 from __future__ import annotations
 
+import copy
+import hashlib
+import itertools
 import secrets
 import shutil
+import time
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -15,6 +20,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 try:  # FSDP2's public home, from torch 2.6; before it, only a private module held it
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor, distribute_tensor
 except ImportError as e:
@@ -23,11 +29,12 @@ except ImportError as e:
 
 from .engine import Engine
 from .engines import DistributedDataParallelEngine, shard_dls
-from .files import _as_path, read_checkpoint, write_checkpoint
+from .files import CheckpointError, _as_path, _writable_path, _write_error, read_checkpoint, write_checkpoint
 
 # %% auto #0
-__all__ = ['bytes_per_rank', 'default_layers', 'shard_model', 'shard_in_place', 'whole_state_dict', 'load_whole_state_dict',
-           'FSDPEngine', 'split_shards', 'save_sharded', 'read_sharded', 'load_shards']
+__all__ = ['WHOLE_STATE_BECAUSE', 'bytes_per_rank', 'default_layers', 'shard_model', 'shard_in_place', 'whole_state_dict',
+           'load_whole_state_dict', 'materialise', 'meet_every_rank', 'refuse_whole_state', 'FSDPEngine',
+           'split_shards', 'save_sharded', 'read_sharded', 'verify_shards', 'load_shards']
 
 # %% ../nbs/15_fsdp.ipynb #0150f1b6
 def bytes_per_rank(model: nn.Module, optimizers: list) -> dict:
@@ -53,12 +60,30 @@ def default_layers(model: nn.Module) -> list[nn.Module]:
     return layers
 
 # %% ../nbs/15_fsdp.ipynb #e00810b0
+def _check_ties(model: nn.Module, units: list) -> None:
+    "Refuse a parameter shared by two units neither of which holds the other (tied weights): FSDP gathers it in one."
+    names = {id(m): name for name, m in model.named_modules()}
+    owner = {}
+    for unit in units:
+        for name, p in unit.named_parameters():
+            first = owner.setdefault(id(p), unit)
+            nested = any(m is unit for m in first.modules()) or any(m is first for m in unit.modules())
+            if not nested:
+                a, b = names.get(id(first)), names.get(id(unit))
+                raise ValueError(f"the modules {a!r} and {b!r} share the parameter {name!r} (tied weights), but "
+                                 "layers(model) makes them two FSDP units, and FSDP gathers a parameter in one unit "
+                                 "only: pass FSDPEngine(layers=...) a function that leaves both to the root unit, "
+                                 "e.g. layers=lambda model: [m for m in default_layers(model) if m not in "
+                                 f"(model.get_submodule({a!r}), model.get_submodule({b!r}))]")
+
 def shard_model(model: nn.Module, layers: Callable = default_layers, mp_dtype: torch.dtype | None = None,
                 reshard_after_forward: bool = True) -> nn.Module:
     "`fully_shard` on each of `layers(model)`, then on `model`, in place: each rank keeps 1/world_size of every parameter."
+    units = layers(model)
+    _check_ties(model, units)
     policy = MixedPrecisionPolicy(param_dtype=mp_dtype, reduce_dtype=torch.float32 if mp_dtype else None,
                                   output_dtype=torch.float32 if mp_dtype else None)
-    for layer in layers(model):
+    for layer in units:
         fully_shard(layer, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     return model
@@ -74,7 +99,15 @@ def shard_in_place(model: nn.Module, optimizers: dict, engine) -> nn.Module:
     if not dist.is_initialized():
         raise RuntimeError("the process group was torn down (a fit raised): build a new engine in a new process")
     names = {id(p): name for name, p in model.named_parameters()}
-    shard_model(model.to(engine.device), engine.layers, engine.mp_dtype, engine.reshard_after_forward)
+    on_meta = _meta_modules(model)  # a model built on the meta device: initialised after sharding
+    twin = copy.deepcopy(model) if on_meta else None  # on meta, a copy costs no memory
+    shard_model(model if on_meta else model.to(engine.device), engine.layers, engine.mp_dtype,
+                engine.reshard_after_forward)
+    if on_meta:
+        materialise(model, twin, on_meta, engine.device)
+    model.looplab_sharding = _sharding(engine)  # what FSDP fixed now: later engines are checked against it
+    if dist.get_world_size() > 1 and any(True for _ in model.buffers()):
+        model.register_forward_pre_hook(_broadcast_buffers)
     shards = dict(model.named_parameters())
     for opt in optimizers.values():
         if opt.state:
@@ -82,6 +115,7 @@ def shard_in_place(model: nn.Module, optimizers: dict, engine) -> nn.Module:
                              "them: let fit build the optimizers, or load a checkpoint before any step")
         for group in opt.param_groups:
             group["params"] = [shards[names[id(p)]] if id(p) in names else p for p in group["params"]]
+        refuse_whole_state(opt)
     return model
 
 def _check_optimizer(model: nn.Module, optimizer) -> None:
@@ -116,23 +150,148 @@ def load_whole_state_dict(model: nn.Module, state_dict: dict) -> None:
                   if isinstance(mine.get(k), DTensor) else v for k, v in state_dict.items()}
     model.load_state_dict(state_dict)
 
+# %% ../nbs/15_fsdp.ipynb #a1f5d001
+def _check_mp_dtype(mp_dtype) -> None:
+    "Refuse an FSDP policy dtype other than bfloat16 (or None), with the reason for the dtype asked for."
+    reasons = {"torch.float32": "float32 is what FSDPEngine() trains in, without a policy (mp_dtype=None)",
+               "torch.float16": "float16 needs a loss scale whose overflow check every rank agrees on, which this "
+                                "engine does not keep"}
+    if mp_dtype not in (None, torch.bfloat16):
+        raise ValueError(f"mp_dtype must be None (float32) or torch.bfloat16, got {mp_dtype!r}: "
+                         f"{reasons.get(str(mp_dtype), 'FSDP mixes precision in bfloat16 only')}; train in mixed "
+                         "precision with FSDPEngine(mp_dtype=torch.bfloat16), or learn.to_bf16()")
+
+def _sharding(engine) -> dict:
+    "What `fully_shard` fixes for good: the precision policy, the units and the resharding."
+    return {"mp_dtype": engine.mp_dtype, "layers": engine.layers, "reshard_after_forward": engine.reshard_after_forward}
+
+def _check_sharding(model: nn.Module, engine) -> None:
+    "Refuse `engine` if it asks for another precision, other units or another resharding than `model` was sharded with."
+    was, now = getattr(model, "looplab_sharding", None), _sharding(engine)
+    name = lambda v: getattr(v, "__qualname__", v)
+    changed = [f"{key} {name(was[key])} -> {name(now[key])}" for key in now if was and was[key] != now[key]]
+    if changed:
+        raise ValueError(f"this model was sharded by an earlier FSDPEngine, and this one asks for {', '.join(changed)}; "
+                         "FSDP fixes a model's precision and units when it shards it, so that change would not take "
+                         "effect. Choose the engine before the first fit (Learner(..., engine=FSDPEngine(mp_dtype="
+                         "torch.bfloat16)), or learn.to_bf16() before fit); to go on from this run under another, "
+                         "save_checkpoint(learn, path), build a fresh model and learner with that engine, and "
+                         "load_checkpoint(learn, path)")
+
+# %% ../nbs/15_fsdp.ipynb #a1f5d002
+def _broadcast_buffers(module: nn.Module, args) -> None:
+    "Before a forward, every rank takes rank 0's buffers (BatchNorm's running statistics), one broadcast per dtype."
+    buffers = [b for b in module.buffers() if not isinstance(b, DTensor)]
+    with torch.no_grad():
+        for dtype in sorted({b.dtype for b in buffers}, key=str):  # the same order on every rank
+            same = [b for b in buffers if b.dtype == dtype]
+            flat = torch.cat([b.reshape(-1) for b in same])
+            dist.broadcast(flat, src=0)
+            for b, part in zip(same, flat.split([b.numel() for b in same])):
+                b.copy_(part.view_as(b))
+
+# %% ../nbs/15_fsdp.ipynb #a1f5d003
+def _own_tensors(module: nn.Module) -> dict:
+    "The parameters and buffers `module` holds itself (not its children's), by name."
+    return {**dict(module.named_parameters(recurse=False)), **dict(module.named_buffers(recurse=False))}
+
+def _meta_modules(model: nn.Module) -> list[str]:
+    "The names of the modules that hold meta tensors; refused if any cannot initialise itself, or if others are real."
+    held = {name: _own_tensors(m) for name, m in model.named_modules()}
+    on_meta = [name for name, ts in held.items() if any(t.is_meta for t in ts.values())]
+    named = lambda names: "; ".join(f"{n!r} ({type(model.get_submodule(n)).__name__}: {', '.join(held[n])})" for n in names)
+    real = [name for name, ts in held.items() if any(not t.is_meta for t in ts.values())]
+    lacking = [name for name in on_meta if not callable(getattr(model.get_submodule(name), "reset_parameters", None))]
+    if on_meta and (real or lacking):
+        problem = (f"the modules {named(real)} hold real tensors, which to_empty would wipe" if real else
+                   f"the modules {named(lacking)} hold tensors of their own and have no reset_parameters()")
+        raise ValueError(f"the model is built on the meta device, and FSDPEngine initialises it after sharding with "
+                         f"each module's own reset_parameters(), but {problem}: build the whole model on meta, from "
+                         "modules that each define reset_parameters(), or build it on a real device (each rank then "
+                         "holds it whole before sharding)")
+    return on_meta
+
+def materialise(model: nn.Module, twin: nn.Module, names: list[str], device) -> None:
+    "Give the sharded meta `model` memory on `device`; initialise each module of `names` whole on `twin` (its meta copy), keep the slices."
+    model.to_empty(device=device)
+    for name in names:
+        whole, mine = twin.get_submodule(name), model.get_submodule(name)
+        own = _own_tensors(whole)
+        for key, t in own.items():  # this module's tensors made real; its children's stay on meta
+            setattr(whole, key, nn.Parameter(torch.empty_like(t, device=device), t.requires_grad)
+                    if isinstance(t, nn.Parameter) else torch.empty_like(t, device=device))
+        with torch.no_grad():
+            whole.reset_parameters()
+            for key, value in _own_tensors(whole).items():
+                target = getattr(mine, key)
+                if isinstance(target, DTensor):  # rank 0's whole values, each rank keeping its rows
+                    target.to_local().copy_(distribute_tensor(value, target.device_mesh, target.placements).to_local())
+                else:
+                    target.copy_(value)
+                    dist.broadcast(target, src=0)
+        for key, t in own.items():
+            setattr(whole, key, t)  # back on meta: one module's memory at a time
+
+# %% ../nbs/15_fsdp.ipynb #a1f5d004
+_MEETINGS = itertools.count()  # this process's meetings: every rank counts the same when every rank calls
+
+def meet_every_rank(what: str, wait_s: float) -> None:
+    "Return once every rank has called this too; after `wait_s` seconds without them, refuse on every rank that came."
+    world = dist.get_world_size()
+    store = dist.PrefixStore(f"looplab.meet.{next(_MEETINGS)}/", dist.distributed_c10d._get_default_store())
+    if store.add("arrived", 1) == world:
+        store.set("all", "1")
+    deadline = time.monotonic() + wait_s
+    while not store.check(["all"]) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    verdict = "go" if store.check(["all"]) else "late"
+    if store.compare_set("verdict", "", verdict) != b"go":  # the first rank to decide decides for all
+        arrived = store.add("arrived", 0)
+        raise RuntimeError(f"{what} under FSDPEngine run the model, and every forward gathers the parameters' shards "
+                           f"from all the ranks, so every rank must call them; rank {dist.get_rank()} did, and only "
+                           f"{arrived} of the {world} ranks came within {wait_s:g} s. Call them on every rank, and "
+                           "print or save on one (if learn.engine.is_master_process: ...); if a rank is just that "
+                           "slow, raise learn.engine.inference_wait_s")
+
+# %% ../nbs/15_fsdp.ipynb #a1f5d005
+WHOLE_STATE_BECAUSE = ("each rank holds a shard of the optimizers' state, so it is saved and loaded in shards: "
+                       "save_checkpoint(learn, path) and load_checkpoint(learn, path) carry a run with its optimizers; "
+                       "learn.save(path) and learn.load(path) the whole weights alone")
+_GUARDED = weakref.WeakSet()  # the optimizers that already carry the hook
+
+def refuse_whole_state(optimizer) -> None:
+    "Make `optimizer.load_state_dict` refuse whole state tensors for its sharded parameters (`learn.load(with_opt=True)`)."
+    if optimizer is None or optimizer in _GUARDED:
+        return
+    _GUARDED.add(optimizer)
+
+    def refuse(opt, state: dict) -> None:
+        params = [p for group in opt.param_groups for p in group["params"]]
+        saved = [state["state"].get(i, {}) for group in state["param_groups"] for i in group["params"]]
+        if any(isinstance(p, DTensor) and isinstance(v, torch.Tensor) and not isinstance(v, DTensor) and v.dim()
+               for p, values in zip(params, saved) for v in values.values()):
+            raise ValueError(f"learn.load(path, with_opt=True) under FSDPEngine: the model's weights were loaded, "
+                             f"and {type(opt).__name__}'s whole state is refused (it is left as it was): "
+                             f"{WHOLE_STATE_BECAUSE}")
+    optimizer.register_load_state_dict_pre_hook(refuse)
+
 # %% ../nbs/15_fsdp.ipynb #ca60f19b
 class FSDPEngine(DistributedDataParallelEngine):
     "Each rank holds a shard of every parameter, gradient and optimizer state (`fully_shard`); checkpoints in shards."
     no_closure_because = ("FSDPEngine keeps each parameter in shards, while a closure optimizer (LBFGS) flattens "
                           "whole parameters for its line search: train it with DistributedDataParallelEngine")
+    inference_wait_s = 10.0  # how long get_preds and predict wait for the other ranks before refusing
 
     def __init__(self, device=None, backend: str | None = None, mp_dtype: torch.dtype | None = None,
                  layers: Callable = default_layers, reshard_after_forward: bool = True, timeout_s: float = 300.0):
-        if mp_dtype not in (None, torch.bfloat16):
-            raise ValueError(f"mp_dtype must be None (float32) or torch.bfloat16, got {mp_dtype!r}: float16 needs a "
-                             "loss scale whose overflow check every rank agrees on, which this engine does not keep")
+        _check_mp_dtype(mp_dtype)
         super().__init__(device=device, backend=backend, timeout_s=timeout_s)
         self.mp_dtype = mp_dtype
         self.layers = layers
         self.timeout_s = timeout_s
         self.reshard_after_forward = reshard_after_forward
         self._checked = False  # whether this fit's optimizer was checked against the sharded parameters
+        self._fitting = False  # inside fit or validate, where every rank runs the same forwards
 
     def prepare_dls(self, dls):
         "Each rank's shard of the data, as under DDP, if the ranks get as many validation batches."
@@ -140,9 +299,23 @@ class FSDPEngine(DistributedDataParallelEngine):
         return super().prepare_dls(dls)
 
     def init_components(self, model: nn.Module) -> nn.Module:
-        "The model on this rank's device, sharded in place (once: the next fit finds it sharded)."
+        "The model on this rank's device, sharded in place (once: the next fit finds it sharded, as this engine would)."
         self._checked = False
-        return shard_in_place(model, {}, self)
+        model = shard_in_place(model, {}, self)
+        _check_sharding(model, self)
+        self._fitting = True
+        return model
+
+    def deinit_components(self, model: nn.Module) -> nn.Module:
+        "The model, still sharded; after an error the process group is torn down, as under DDP."
+        self._fitting = False
+        return super().deinit_components(model)
+
+    def autocast(self):
+        "FSDP's policy casts, not autocast; outside fit (get_preds, predict) every rank must come, so first meet them."
+        if not self._fitting and self.world_size > 1:
+            meet_every_rank("learn.get_preds and learn.predict", self.inference_wait_s)
+        return super().autocast()
 
     def before_forward(self, model: nn.Module, sync_grads: bool) -> None:
         "Nothing: every backward reduce-scatters, accumulation batches too (a gradient's shard is where they add up)."
@@ -151,6 +324,7 @@ class FSDPEngine(DistributedDataParallelEngine):
         "Backpropagate `loss`: FSDP reduce-scatters each layer's gradients into this rank's shard as it goes."
         if not self._checked:  # the first backward of a fit: nothing has moved yet
             _check_optimizer(model, optimizer)
+            refuse_whole_state(optimizer)
             self._checked = True
         loss.backward()
 
@@ -172,12 +346,14 @@ class FSDPEngine(DistributedDataParallelEngine):
         super().unpack_checkpoint(checkpoint, model, optimizers)
 
     def save_checkpoint(self, checkpoint: dict, path, keep_prev: bool = True) -> None:
-        "Every rank writes its shards (DCP), then rank 0 the rest, atomically: until then the previous one stands."
+        "Every rank checks `path`, writes its shards (DCP), then rank 0 the rest, atomically; every rank sees the outcome."
         save_sharded(checkpoint, path, keep_prev)
 
     def read_checkpoint(self, path) -> dict:
-        "The checkpoint file at `path`, verified; its shards stay on disk until `unpack_checkpoint` reads them."
-        return read_sharded(path)
+        "The checkpoint file at `path` and its shards' digests, verified; the shards stay on disk until `unpack_checkpoint`."
+        ckpt = read_sharded(path)
+        verify_shards(path, ckpt["state"])
+        return ckpt
 
     def model_state_dict(self, model: nn.Module) -> dict:
         "The whole weights, each gathered from its shards: what `learn.save` writes (every rank calls it)."
@@ -190,9 +366,7 @@ class FSDPEngine(DistributedDataParallelEngine):
     def save_weights(self, weights: dict, path) -> Path:
         "`learn.save`'s file, written by rank 0; the optimizers' sharded state is refused (a checkpoint holds it)."
         if "optimizers" in weights:
-            raise ValueError("learn.save(path, with_opt=True) under FSDPEngine: each rank holds a shard of the "
-                             "optimizers' state; save_checkpoint(learn, path) writes it in shards, and "
-                             "learn.save(path) the whole weights")
+            raise ValueError(f"learn.save(path, with_opt=True) under FSDPEngine: {WHOLE_STATE_BECAUSE}")
         return super().save_weights(weights, path)
 
 # %% ../nbs/15_fsdp.ipynb #4e5bb670
@@ -224,29 +398,102 @@ def _placeholders_to_meta(state):
     return state
 
 # %% ../nbs/15_fsdp.ipynb #2aab88dc
+_KINDS = (CheckpointError, PermissionError, NotADirectoryError, OSError, ValueError, RuntimeError)  # raised again elsewhere
+
+def _agreed(fn: Callable, on_rank0_only: bool = False):
+    "`fn()` on every rank (or rank 0), then any rank's error raised on every rank alike (a collective); else its value."
+    value = error = None
+    try:
+        if not on_rank0_only or dist.get_rank() == 0:
+            value = fn()
+    except Exception as e:
+        error = e
+    kind = next((i for i, k in enumerate(_KINDS) if isinstance(error, k)), len(_KINDS) - 1)
+    errors = [None] * dist.get_world_size()
+    dist.all_gather_object(errors, None if error is None else (kind, str(error)))
+    failed = next((rank for rank, e in enumerate(errors) if e is not None), None)
+    if error is not None:
+        raise error
+    if failed is not None:
+        kind, message = errors[failed]
+        raise _KINDS[kind](f"on rank {failed}: {message}")
+    return value
+
+def _sha256(file: Path) -> str:
+    "The SHA-256 of `file`'s bytes, in hex, read a megabyte at a time."
+    h = hashlib.sha256()
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+def _digests(folder: Path) -> dict:
+    "{name: SHA-256} of every file in `folder`, each rank hashing its share of them (a collective)."
+    names = sorted(p.name for p in folder.iterdir())
+    mine = {name: _sha256(folder / name) for name in names[dist.get_rank()::dist.get_world_size()]}
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, mine)
+    return {name: digest for part in parts for name, digest in part.items()}
+
+def _dcp_error(e: CheckpointException, path: Path, folder: Path, writing: bool) -> Exception:
+    "DCP's CheckpointException (a BaseException) as an Exception naming the checkpoint, its folder and each rank's cause."
+    causes = "; ".join(f"rank {rank}: {type(x).__name__}: {x}" for rank, (x, _) in sorted(e.failures.items()))
+    if not writing:
+        return CheckpointError(f"the shards folder {str(folder)!r} of checkpoint {str(path)!r} could not be read "
+                               f"({causes})")
+    first = next(iter(e.failures.values()))[0]
+    said = _write_error(path, first) if isinstance(first, OSError) else OSError(None, f"{str(path)!r} was not written")
+    return OSError(said.errno, f"{said.strerror}; its shards folder {folder.name!r} was not written and is removed "
+                               f"({causes})")
+
+# %% ../nbs/15_fsdp.ipynb #a1f5d006
 def save_sharded(state: dict, path, keep_prev: bool = True) -> Path:
-    "Every rank writes its shards with DCP into a new folder; then rank 0 writes the rest of `state`, naming that folder."
-    path = _as_path(path)
+    "Every rank checks `path` and writes its shards with DCP into a new folder; then rank 0 writes the rest, naming it."
+    path = _agreed(lambda: _writable_path(path))  # before any shard: a bad target is refused on every rank
     token = [secrets.token_hex(4) if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(token, src=0)  # one folder name on every rank
     kept, shards = split_shards(state)
     folder = path.with_name(f"{path.name}.{token[0]}.dcp")
-    dcp.save(shards, checkpoint_id=folder)  # returns on every rank once the metadata is written
-    if dist.get_rank() == 0:
-        previous = _folder_of(path) if keep_prev else None  # the folder path.prev will name
-        write_checkpoint({**kept, "shards": folder.name}, path, keep_prev)  # the commit
-        for old in path.parent.glob(f"{path.name}.*.dcp"):
-            if old.name not in (folder.name, previous):
-                shutil.rmtree(old, ignore_errors=True)  # an older save's, or one killed before its commit
-    dist.barrier()  # no rank reads before the file is there
+    try:
+        dcp.save(shards, checkpoint_id=folder)  # returns (or raises) on every rank once the metadata is written
+    except CheckpointException as e:  # raised on every rank
+        dist.barrier()
+        if dist.get_rank() == 0:
+            shutil.rmtree(folder, ignore_errors=True)
+        dist.barrier()  # the partial folder is gone when any rank raises
+        raise _dcp_error(e, path, folder, writing=True) from None
+    digests = _digests(folder)
+    _agreed(lambda: _commit({**kept, "shards": folder.name, "shard_sha256": digests}, path, keep_prev), True)
     return path
 
-def _folder_of(path: Path) -> str | None:
-    "The shards folder the checkpoint at `path` names; None if no checkpoint there can be read."
+def _commit(state: dict, path: Path, keep_prev: bool) -> None:
+    "Rank 0: write the file naming the new folder (the commit), then remove the folders no checkpoint file names."
     try:
-        return read_checkpoint(path)["state"].get("shards")
-    except (FileNotFoundError, ValueError):
-        return None
+        write_checkpoint(state, path, keep_prev)
+    except BaseException:
+        shutil.rmtree(path.with_name(state["shards"]), ignore_errors=True)
+        raise
+    named = _named_folders(path.parent)
+    for old in path.parent.glob(f"{path.name}.*.dcp"):
+        if old.name not in named:
+            shutil.rmtree(old, ignore_errors=True)  # an older save's, or one killed before its commit
+
+def _named_folders(directory: Path) -> set[str]:
+    "The shards folders the checkpoint files in `directory` name (`path`, `path.prev`, and any copy of them)."
+    named = set()
+    for file in directory.iterdir():
+        if not file.is_file():  # a folder, a pipe (opening one would wait for a writer)
+            continue
+        try:
+            with open(file, "rb") as f:
+                if f.read(4) != b"PK\x03\x04":  # not a torch.save file (a zip archive)
+                    continue
+            shards = torch.load(file, map_location="cpu", weights_only=True, mmap=True)["state"]["shards"]
+        except Exception:  # a file of another kind, a checkpoint without shards
+            continue
+        if isinstance(shards, str):
+            named.add(shards)
+    return named
 
 # %% ../nbs/15_fsdp.ipynb #dcfcc37e
 def read_sharded(path) -> dict:
@@ -257,6 +504,27 @@ def read_sharded(path) -> dict:
     if "shards" in state:
         state = {**_placeholders_to_meta(state), "shards": str(path.with_name(state["shards"]))}
     return {**ckpt, "state": state}
+
+def verify_shards(path, state: dict) -> None:
+    "Refuse, on every rank alike, a shards folder that is missing, or a file in it missing or changed since the commit."
+    if "shards" not in state:
+        return
+    folder, digests = Path(state["shards"]), state.get("shard_sha256", {})
+    fix = (f"; a sharded checkpoint is the file and its folder beside it: copy or move both "
+           f"(cp -r {folder.name} with {Path(path).name}); nothing was loaded")
+
+    def check() -> None:
+        if not (folder / ".metadata").is_file():
+            raise CheckpointError(f"checkpoint {str(path)!r} keeps its tensors in the folder {str(folder)!r}, which is "
+                                  f"missing or has no .metadata{fix}")
+        for name in sorted(digests)[dist.get_rank()::dist.get_world_size()]:
+            if not (folder / name).is_file():
+                raise CheckpointError(f"the shard file {str(folder / name)!r} of checkpoint {str(path)!r} is missing{fix}")
+            if _sha256(folder / name) != digests[name]:
+                raise CheckpointError(f"the shard file {str(folder / name)!r} of checkpoint {str(path)!r} is damaged, or "
+                                      "another run's: it does not match the SHA-256 digest written with the checkpoint; "
+                                      "fall back on an earlier checkpoint (path.prev); nothing was loaded")
+    _agreed(check)
 
 def load_shards(state: dict, model: nn.Module, optimizers: dict) -> dict:
     "`state` with each meta tensor replaced by this rank's shard of it, read with DCP from `state['shards']`."
@@ -279,6 +547,10 @@ def load_shards(state: dict, model: nn.Module, optimizers: dict) -> dict:
                              f"shape to be read into here: build the same model and optimizers as the saved run")
         shards[where] = torch.zeros_like(like, dtype=value.dtype)
         return shards[where]
-    filled = {key: fill(value, f"/{key}") for key, value in state.items() if key != "shards"}
-    dcp.load(shards, checkpoint_id=state["shards"])  # in place: each rank reads the rows of its own shards
+    filled = {key: fill(value, f"/{key}") for key, value in state.items() if key not in ("shards", "shard_sha256")}
+    try:
+        dcp.load(shards, checkpoint_id=state["shards"])  # in place: each rank reads the rows of its own shards
+    except CheckpointException as e:
+        folder = Path(state["shards"])  # named path.TOKEN.dcp
+        raise _dcp_error(e, folder.with_name(folder.name.rsplit(".", 2)[0]), folder, writing=False) from None
     return filled

@@ -1,6 +1,9 @@
 """Functions that run inside the worker processes of tests/test_fsdp.py (a module, so that `launch` can start them)."""
+import errno
 import os
+import shutil
 import signal
+import time
 from functools import partial
 
 import torch
@@ -8,21 +11,24 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from looplab import fsdp
 from looplab.callback import Callback, CancelFitException
 from looplab.checkpoint import load_checkpoint, save_checkpoint
 from looplab.data import DataLoaders, load_digits
 from looplab.engines import DistributedDataParallelEngine
 from looplab.fp16 import MixedPrecision
-from looplab.fsdp import FSDPEngine, bytes_per_rank
+from looplab.files import read_checkpoint
+from looplab.fsdp import FSDPEngine, bytes_per_rank, default_layers
 from looplab.learner import Learner, set_seed
 from looplab.regularize import GradientAccumulation, GradientClipping
 
 
-def digits_learner(engine, cbs=None, n=720):
+def digits_learner(engine, cbs=None, n=720, model=None):
     "Adam on the first `n` digits, global batches of 60 (the last partial one dropped, so any of 1-4 ranks split evenly)."
     set_seed(0)
     x, y = load_digits()
-    model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 48), nn.ReLU(), nn.Linear(48, 10))
+    if model is None:
+        model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 48), nn.ReLU(), nn.Linear(48, 10))
     dls = DataLoaders.from_tensors(x[:n], y[:n], bs=60, valid_bs=60, drop_last=True)
     learn = Learner(model, dls, lr=3e-3, opt_func=torch.optim.Adam, engine=engine, cbs=cbs)
     learn.remove_cbs(learn.progress)
@@ -172,3 +178,172 @@ def save_and_load_weights(path):
     fresh.fit(0)  # sharded, untrained
     fresh.load(path)
     return whole, full_weights(fresh.model), refusal
+
+
+def _attempt(action):
+    "None if `action()` returns, else (the exception's class name, its message): caught as any Exception."
+    try:
+        action()
+    except Exception as e:
+        return type(e).__name__, str(e)
+    return None
+
+
+def _on_rank0(learn, action):
+    "`action()` on rank 0 (a file operation), then every rank waits for it."
+    if learn.engine.is_master_process:
+        action()
+    learn.engine.barrier()
+
+
+def _flip_byte(file):
+    "Change one byte in the middle of `file`."
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    file.write_bytes(bytes(data))
+
+
+def broken_targets_and_shards(tmp):
+    "Sharded saves to bad targets and on a full disk, a copied checkpoint, and damaged, partial or missing shards."
+    learn = digits_learner(FSDPEngine(device="cpu"), n=240)
+    learn.fit(1)
+    out = {}
+
+    def make_targets():
+        (tmp / "ro.pt").write_bytes(b"old")
+        os.chmod(tmp / "ro.pt", 0o444)
+        os.mkfifo(tmp / "pipe.pt")
+    _on_rank0(learn, make_targets)
+    out["read-only"] = _attempt(lambda: save_checkpoint(learn, tmp / "ro.pt"))
+    out["pipe"] = _attempt(lambda: save_checkpoint(learn, tmp / "pipe.pt"))
+    path = tmp / "run.pt"
+    save_checkpoint(learn, path)
+    out["saved"] = sorted(p.name for p in tmp.iterdir())
+    write = dcp.FileSystemWriter.write_data
+    if learn.engine.rank == 1:
+        def full_disk(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        dcp.FileSystemWriter.write_data = full_disk
+    out["full disk"] = _attempt(lambda: save_checkpoint(learn, path))
+    dcp.FileSystemWriter.write_data = write
+    out["after full disk"] = sorted(p.name for p in tmp.iterdir())
+    for case, rank, name in (("rank 1's target", 1, "_writable_path"), ("rank 0's commit", 0, "write_checkpoint")):
+        kept = getattr(fsdp, name)
+        if learn.engine.rank == rank:  # a failure on one rank only: its own disk, its own permissions
+            def fails(*args, **kwargs):
+                raise PermissionError(f"{case} fails here")
+            setattr(fsdp, name, fails)
+        out[case] = _attempt(lambda: save_checkpoint(learn, path))
+        setattr(fsdp, name, kept)
+        out[f"after {case}"] = sorted(p.name for p in tmp.iterdir())
+    _on_rank0(learn, lambda: shutil.copy(path, tmp / "keep.pt"))
+    save_checkpoint(learn, path)
+    save_checkpoint(learn, path)
+    out["the copy"] = _attempt(lambda: load_checkpoint(digits_learner(FSDPEngine(device="cpu"), n=240), tmp / "keep.pt"))
+    read = dcp.FileSystemReader.read_data
+    if learn.engine.rank == 1:
+        def unreadable(*args, **kwargs):
+            raise OSError(errno.EIO, "Input/output error")
+        dcp.FileSystemReader.read_data = unreadable
+    out["read error"] = _attempt(lambda: load_checkpoint(digits_learner(FSDPEngine(device="cpu"), n=240), path))
+    dcp.FileSystemReader.read_data = read
+    folder = tmp / read_checkpoint(path)["state"]["shards"]
+    shard = sorted(folder.glob("*.distcp"))[0]
+    for case, damage in (("damaged", lambda: _flip_byte(shard)), ("partial", shard.unlink),
+                         ("no folder", lambda: shutil.rmtree(folder))):
+        _on_rank0(learn, damage)
+        out[case] = _attempt(lambda: load_checkpoint(digits_learner(FSDPEngine(device="cpu"), n=240), path))
+    return out, shard.name, folder.name
+
+
+class Tied(nn.Module):
+    "Two layers sharing one weight (tied weights), and a third between them."
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(64, 64)
+        self.mid = nn.Linear(64, 64)
+        self.b = nn.Linear(64, 64)
+        self.b.weight = self.a.weight
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.head(self.b(torch.relu(self.mid(self.a(x)))))
+
+
+class NoReset(nn.Module):
+    "A module with a parameter of its own and no reset_parameters."
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(10))
+
+    def forward(self, x):
+        return x * self.scale
+
+
+def digits_model():
+    return nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 48), nn.ReLU(), nn.Linear(48, 10))
+
+
+def seams(whole_opt_file):
+    "The seams of FSDP with precision, learn.load, tied weights, meta models and inference: what each does."
+    out = {}
+    learn = digits_learner(FSDPEngine(device="cpu"), n=240)
+    learn.fit(1)
+    x = load_digits()[0]
+    out["get_preds"] = tuple(learn.get_preds()[0].shape)
+    out["predict"] = tuple(learn.predict(x[0]).shape)
+    out["with_opt"] = _attempt(lambda: learn.load(whole_opt_file, with_opt=True))
+    steps = learn.n_steps
+    learn.to_bf16()
+    out["to_bf16"] = _attempt(lambda: learn.fit(1))
+    out["to_bf16 steps"] = learn.n_steps - steps
+    learn.engine = FSDPEngine(device="cpu")
+    learn.fit(1)  # the engine it was sharded with: trains on, with the optimizer state it had
+    out["fit after refusals"] = learn.n_steps - steps
+    bf16 = digits_learner(FSDPEngine(device="cpu", mp_dtype=torch.bfloat16), n=240)
+    bf16.fit(1)
+    bf16.engine = FSDPEngine(device="cpu")
+    out["engine swap"] = _attempt(lambda: bf16.fit(1))
+    out["float32"] = _attempt(lambda: FSDPEngine(device="cpu").with_precision(torch.float32))
+    tied = digits_learner(FSDPEngine(device="cpu"), n=240)
+    tied.model = Tied()
+    out["tied"] = _attempt(lambda: tied.fit(1))
+    out["tied, layers="] = _attempt(lambda: digits_learner(FSDPEngine(device="cpu", layers=lambda model: [
+        m for m in default_layers(model) if m not in (model.get_submodule("a"), model.get_submodule("b"))]), n=240,
+        model=Tied()).fit(1))
+    set_seed(0)
+    whole = digits_model().state_dict()
+    set_seed(0)
+    with torch.device("meta"):
+        model = digits_model()
+    meta = digits_learner(FSDPEngine(device="cpu"), n=240, model=model)
+    set_seed(0)  # the generators as they were when the whole model was built
+    meta.fit(0)
+    out["meta gap"] = max((full_weights(meta.model)[k] - whole[k]).abs().max().item() for k in whole)
+    with torch.device("meta"):
+        no_reset = nn.Sequential(nn.Linear(64, 10), NoReset())
+        partly = digits_model()
+    partly[0] = nn.Linear(64, 96)
+    for case, model in (("meta without reset_parameters", no_reset), ("partly meta", partly)):
+        out[case] = _attempt(lambda: digits_learner(FSDPEngine(device="cpu"), n=240, model=model).fit(0))
+    learn.engine.inference_wait_s = 1.0
+    start = time.monotonic()
+    if learn.engine.rank == 0:  # the mistake: inference on the master only
+        out["get_preds on rank 0"] = _attempt(learn.get_preds)
+    out["waited"] = time.monotonic() - start
+    return out
+
+
+def batchnorm_resume(ckpt, save_at):
+    "A BatchNorm model under FSDP: the whole run, and the same run saved at `save_at`, stopped and resumed."
+    def bn_learner(cbs):
+        set_seed(0)
+        model = nn.Sequential(nn.Linear(64, 48), nn.BatchNorm1d(48), nn.ReLU(), nn.Linear(48, 10))
+        return digits_learner(FSDPEngine(device="cpu"), cbs=cbs, n=240, model=model)
+    whole = bn_learner([SaveAt(ckpt, None)])
+    whole.fit(2)
+    bn_learner([SaveAt(ckpt, save_at)]).fit(2)
+    resumed = bn_learner([SaveAt(ckpt, None)])
+    load_checkpoint(resumed, ckpt)
+    resumed.fit(2)
+    return full_weights(whole.model), full_weights(resumed.model)
