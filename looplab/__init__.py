@@ -9,10 +9,10 @@ __all__ = ['Callback', 'CancelBackwardException', 'CancelBatchException', 'Cance
            'save_checkpoint', 'Checkpoint', 'conv_net', 'make_signals', 'signal_dls', 'DistributedDataParallelEngine',
            'gan_learner', 'Perplexity', 'EarlyStopping', 'SaveBestModel', 'GradientAccumulation', 'GradientClipping',
            'LabelSmoothingCrossEntropy', 'MixUp', 'RNNRegularizer', 'TerminateOnNaN', 'BPTTBatches', 'CarryState',
-           'batchify', 'ActivationPlot', 'ActivationStats', 'DataParallelEngine', 'DistributedDataParallelAMPEngine',
-           'get_engine', 'launch', 'from_datasets', 'MixedPrecision', 'DCGANTrainer', 'GANPlot', 'GANPanels', 'Hook',
-           'HookCallback', 'Hooks', 'LRPlot', 'SWA', 'AdamW', 'Profiler', 'ProfilePlot', 'TorchTrace', 'StatefulLoader',
-           'ReproducibleShuffleSampler']
+           'batchify', 'ActivationPlot', 'ActivationStats', 'DataParallelAMPEngine', 'DataParallelEngine',
+           'DistributedDataParallelAMPEngine', 'get_engine', 'launch', 'from_datasets', 'MixedPrecision',
+           'DCGANTrainer', 'GANPlot', 'GANPanels', 'Hook', 'HookCallback', 'Hooks', 'LRPlot', 'SWA', 'AdamW',
+           'Profiler', 'ProfilePlot', 'TorchTrace', 'StatefulLoader', 'ReproducibleShuffleSampler']
 
 # %% ../nbs/06c_api.ipynb #5b044271
 from .callback import (Callback, CancelBackwardException, CancelBatchException, CancelEpochException,
@@ -50,7 +50,7 @@ _all_ = ["load_checkpoint", "save_checkpoint", "Checkpoint", "conv_net", "make_s
 
 # %% ../nbs/06c_api.ipynb #651c098a
 from .activations import ActivationPlot, ActivationStats
-from .engines import DataParallelEngine, DistributedDataParallelAMPEngine, get_engine
+from .engines import DataParallelAMPEngine, DataParallelEngine, DistributedDataParallelAMPEngine, get_engine
 from .distributed import launch
 from .datasets import from_datasets
 from .fp16 import MixedPrecision
@@ -64,10 +64,24 @@ from .profiler import Profiler, ProfilePlot, TorchTrace
 from .resume import StatefulLoader
 from .samplers import ReproducibleShuffleSampler
 
-_all_ = ["ActivationPlot", "ActivationStats", "DataParallelEngine", "DistributedDataParallelAMPEngine", "get_engine",
+_all_ = ["ActivationPlot", "ActivationStats", "DataParallelAMPEngine", "DataParallelEngine",
+         "DistributedDataParallelAMPEngine", "get_engine",
          "launch", "from_datasets", "MixedPrecision", "DCGANTrainer", "GANPlot", "GANPanels", "Hook", "HookCallback",
          "Hooks", "LRPlot", "SWA", "AdamW", "Profiler", "ProfilePlot", "TorchTrace", "StatefulLoader",
          "ReproducibleShuffleSampler"]
+
+# %% ../nbs/06c_api.ipynb #d062f588
+def _fsdp_runs_here() -> bool:
+    "Whether this torch has FSDP2's public API (torch 2.6 on, with torch.distributed), which looplab.fsdp needs."
+    import torch
+    return torch.distributed.is_available() and torch.__version__ >= "2.6"
+
+if _fsdp_runs_here():  # served when first asked for, by __getattr__ below
+    __all__ = [*globals().get("__all__", ()), "FSDPEngine"]  # nbdev writes __all__ atop the module; not in a notebook
+
+def __dir__() -> list[str]:
+    "The package's own names and every name of `__all__`, loaded or not yet: what tab completion offers."
+    return sorted({*globals(), *__all__})
 
 # %% ../nbs/06c_api.ipynb #e5938920
 def _home_of(name: str):
@@ -84,9 +98,28 @@ def _home_of(name: str):
             return found
     return None
 
+def _close_names(name: str) -> list[str]:
+    "The public names of the package closest to `name`: those of `__all__`, of its modules' functions and classes, its modules."
+    import difflib
+    from looplab._modidx import d
+    names = {key.split(".")[2] for symbols in d["syms"].values() for key in symbols if key.count(".") == 2}
+    names.update(module.split(".")[1] for module in d["syms"])
+    names.update(__all__)
+    names.discard(name)  # a name of a module this torch cannot import (FSDPEngine before torch 2.6) is no typo
+    return difflib.get_close_matches(name, sorted(n for n in names if not n.startswith("_")), n=3)
+
 def __getattr__(name: str):
-    "A public name of any module of the package, imported from its module when first asked for."
+    "A public name of any module of the package, imported from its module when first asked for; else the closest names."
+    import importlib.util
+    import sys
     module = None if name.startswith("_") else _home_of(name)
-    if module is None:
-        raise AttributeError(f"module 'looplab' has no attribute {name!r}")
-    return getattr(module, name)
+    if module is not None:
+        return getattr(module, name)
+    close = [] if name.startswith("__") else _close_names(name)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    asker = sys._getframe(1)  # hasattr, a C function, has no frame: this is who called it
+    from_import = asker.f_code.co_name == "_handle_fromlist" and asker.f_globals["__name__"] == "importlib._bootstrap"
+    if from_import and importlib.util.find_spec(f"looplab.{name}") is None:  # no module to import next: say it now
+        raise ImportError(f"cannot import name {name!r} from 'looplab'{hint}", name="looplab", path=__file__)
+    # name= and obj= given: Python then adds no guess of its own to ours (it would look in dir(obj))
+    raise AttributeError(f"module 'looplab' has no attribute {name!r}{hint}", name=name, obj=None)

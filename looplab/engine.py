@@ -86,6 +86,14 @@ class EngineBase:
         "Undo `init_components` at `fit`'s end, even after an error; return the user's model."
         return self.unwrap_model(model)
 
+    def with_precision(self, dtype: torch.dtype) -> EngineBase:
+        "This engine in mixed precision `dtype` (what `learn.to_fp16()` asks for): refused, unless a subclass says how."
+        raise ValueError(f"{type(self).__name__} does not say how to train in {dtype}: learn.to_fp16() and to_bf16() "
+                         "ask the engine for its twin in that precision, with_precision(dtype), which DeviceEngine, "
+                         "AMPEngine, DataParallelEngine, DistributedDataParallelEngine and FSDPEngine define. Give "
+                         f"{type(self).__name__} a with_precision(self, dtype) that returns it in that precision, or "
+                         "build the engine you want in that precision yourself and pass it as Learner(engine=...)")
+
     def unwrap_model(self, model: nn.Module) -> nn.Module:
         "The user's model inside a `DataParallel` or `DistributedDataParallel` wrapper."
         return model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
@@ -219,8 +227,7 @@ class DeviceEngine(Engine):
     def with_precision(self, dtype: torch.dtype) -> Engine:
         "This engine in mixed precision `dtype` (float16 or bfloat16): the same device, the same processes."
         if type(self) not in (DeviceEngine, AMPEngine):  # a subclass knows its own twin (notebook 13's engines)
-            raise ValueError(f"{type(self).__name__} does not say how to train in {dtype}: build the engine you want "
-                             "in that precision yourself and pass it as Learner(engine=...)")
+            return super().with_precision(dtype)  # or is refused, as the base refuses an engine written from Engine
         return AMPEngine(dtype, device=self.device)
 
 # %% ../nbs/04_engine.ipynb #1ed3eb93

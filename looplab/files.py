@@ -99,8 +99,10 @@ def _as_path(path) -> Path:
     return path
 
 def _writable_path(path) -> Path:
-    "`_as_path(path)`, its folder made; refused if the rename would replace a device, a pipe or a read-only file."
+    "`_as_path(path)` (a symbolic link: the file it points to), its folder made; refused if the rename would replace a device, a pipe or a read-only file."
     path = _as_path(path)
+    if path.is_symlink():  # the rename would replace the link itself: write where it points
+        path = path.resolve()
     try:
         mode = path.stat().st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -140,7 +142,8 @@ def _fsync_dir(directory: Path) -> None:
 
 # %% ../nbs/03c_files.ipynb #27069c09
 def _prev(path: Path) -> Path:
-    "Where `save_checkpoint` keeps the checkpoint that `path` held before."
+    "Where `save_checkpoint` keeps the checkpoint that `path` held before: beside its bytes (a link's file)."
+    path = path.resolve() if path.is_symlink() else path
     return path.with_name(path.name + ".prev")
 
 # %% ../nbs/03c_files.ipynb #040bab6b
@@ -285,12 +288,35 @@ def _weights_of(obj) -> dict | None:
         return obj
     return None
 
+# %% ../nbs/03c_files.ipynb #72cbba00
+def _release(version) -> tuple[int, ...] | None:
+    "The leading numbers of a looplab version string ('0.2.0.dev1' -> (0, 2, 0)); None for anything else."
+    found = re.match(r"\d+(\.\d+)*", version) if isinstance(version, str) else None
+    return tuple(int(n) for n in found.group().split(".")) if found else None
+
+def _header_problem(header: dict) -> str | None:
+    "What in a checkpoint header's `format_version` no looplab writes (a hand edit, or damage), and what to put back; None if nothing."
+    version = header.get("format_version")
+    written = header.get("looplab_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        return (f"its header says format_version {version!r}, where looplab writes a whole number from 1: put back "
+                f"format_version {FORMAT_VERSION} if you edited it")
+    newer = _release(written) is not None and _release(written) > _release(__version__)
+    if version > FORMAT_VERSION and not newer:
+        return (f"its header says format_version {version}, written by looplab {written}, which writes format "
+                f"versions up to {FORMAT_VERSION}: put back format_version {FORMAT_VERSION} if you edited it (a file "
+                "from a newer looplab names that looplab; if this one comes from one, upgrade looplab)")
+    return None
+
 # %% ../nbs/03c_files.ipynb #a0c326b8
 def _verified(path: Path, ckpt: dict) -> dict:
-    "`ckpt` (a loaded checkpoint) once its format version and SHA-256 digest are checked."
+    "`ckpt` (a loaded checkpoint) once its header, its format version and the SHA-256 digest of its state are checked."
     header = ckpt["header"]
-    version = header.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    problem = _header_problem(header)
+    if problem:
+        raise _unreadable(path, f"was edited by hand or damaged: {problem}, or fall back on an earlier checkpoint")
+    version = header["format_version"]
+    if version > FORMAT_VERSION:  # from a newer looplab, by its header
         raise _unreadable(path, f"has format_version {version!r}, written by looplab "
                                 f"{header.get('looplab_version')}; this looplab ({__version__}) reads format "
                                 f"versions up to {FORMAT_VERSION}: upgrade looplab")
@@ -298,7 +324,12 @@ def _verified(path: Path, ckpt: dict) -> dict:
         digest = state_digest(ckpt["state"])
     except TypeError as e:  # weights_only also builds sets, which save_checkpoint never writes
         raise _unreadable(path, f"was not written by save_checkpoint: {e}") from e
-    if digest != header.get("sha256"):
+    written = header.get("sha256")
+    if not isinstance(written, str) or not re.fullmatch("[0-9a-f]{64}", written):
+        raise _unreadable(path, f"was edited by hand or damaged: its header's sha256 is {written!r}, where looplab "
+                                "writes 64 hexadecimal digits: put back the digest it had if you edited it, or fall back "
+                                "on an earlier checkpoint")
+    if digest != written:
         raise _unreadable(path, "is damaged: its content does not match the SHA-256 digest written with it")
     return ckpt
 

@@ -5,6 +5,7 @@
 # %% ../nbs/04_inference.ipynb #36762ad7
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -154,6 +155,40 @@ def _check_saved_optimizers(learn, path, state: dict) -> None:
             raise ValueError(f"{str(path)!r} holds an optimizer state that does not fit learn.opts[{name!r}]: "
                              f"{problem}. Build the learner with the saved run's opt_func; nothing was loaded")
 
+# %% ../nbs/04_inference.ipynb #84644a77
+_WRAPPED = "module."  # what DistributedDataParallel and DataParallel put before each key of their own state_dict
+
+def _unwrapped(path, saved: dict, mine: dict) -> dict:
+    "`saved` without the `module.` prefix of a wrapped model's `state_dict`, if every key has it and `mine` none; a warning says so."
+    if not saved or not all(key.startswith(_WRAPPED) for key in saved) or any(k.startswith(_WRAPPED) for k in mine):
+        return saved
+    warnings.warn(f"{str(path)!r} holds a wrapped model's weights: every key starts with 'module.', which "
+                  "DistributedDataParallel and DataParallel add (torch.save(ddp_model.state_dict()) rather than "
+                  "ddp_model.module.state_dict()); they are loaded without it. learn.save writes the model's own keys",
+                  UserWarning, stacklevel=3)
+    return {key[len(_WRAPPED):]: value for key, value in saved.items()}
+
+def _check_same_model(path, saved: dict, mine: dict, strict: bool) -> None:
+    "Refuse `saved` if its keys (when `strict`) or its shapes differ from `mine`'s, naming each; nothing is loaded."
+    missing = [key for key in mine if key not in saved]
+    unexpected = [key for key in saved if key not in mine]
+    shapes = [f"{key} {tuple(saved[key].shape)} (this model's {tuple(mine[key].shape)})"
+              for key in mine if key in saved and saved[key].shape != mine[key].shape]
+    problems = {"missing keys (in this model, not in the file)": missing if strict else [],
+                "unexpected keys (in the file, not in this model)": unexpected if strict else [], "other shapes": shapes}
+    found = [f"{what}: {', '.join(keys)}" for what, keys in problems.items() if keys]
+    if not found:
+        return
+    if not strict:
+        fix = ("strict=False loads the keys both have, but not one of another shape (torch's load_state_dict refuses "
+               "it too): drop it from the state_dict and save that")
+    elif shapes:
+        fix = "Build the same model (the same layers and sizes) as the one that was saved"
+    else:
+        fix = ("Build the same model (the same layers and sizes) as the one that was saved, or load the keys both "
+               "have with learn.load(path, strict=False)")
+    raise ValueError(f"{str(path)!r} holds the weights of another model; {'; '.join(found)}. {fix}; nothing was loaded")
+
 # %% ../nbs/04_inference.ipynb #dc7ec7f1
 class LearnerFiles:
     "Fastai's weights files for a learner: `save` and `load` the model's weights, and the optimizers' state if asked."
@@ -167,22 +202,27 @@ class LearnerFiles:
             weights = {"model": weights, "optimizers": {name: opt.state_dict() for name, opt in self.opts.items()}}
         return self.engine.save_weights(weights, path)  # the master writes; under DDP every rank waits for it
 
-    def load(self, path, with_opt: bool = False) -> None:
-        "Load the weights at `path` (a `state_dict` file, `save`'s, or a checkpoint's), and the optimizers' state if `with_opt`."
+    def load(self, path, with_opt: bool = False, strict: bool = True) -> None:
+        "Load the weights at `path` (a `state_dict` file, `save`'s, or a checkpoint's), and the optimizers' state if `with_opt`; `strict=False` loads the keys file and model share."
+        if not isinstance(strict, bool):
+            raise TypeError(f"strict must be True or False, got {strict!r}")
+        if with_opt and not strict:
+            raise ValueError("load(path, with_opt=True, strict=False): an optimizer's state follows the parameters "
+                             "in order, all of them, so it fits only the whole model; load the weights with "
+                             "strict=False and with_opt=False, and train on with new optimizers")
         state = read_weights(path)
-        mine, saved = self.engine.unwrap_model(self.model).state_dict(), state["model"]
-        missing = [key for key in mine if key not in saved]
-        unexpected = [key for key in saved if key not in mine]
-        shapes = [f"{key} {tuple(saved[key].shape)} (this model's {tuple(mine[key].shape)})"
-                  for key in mine if key in saved and saved[key].shape != mine[key].shape]
-        problems = {"missing keys (in this model, not in the file)": missing,
-                    "unexpected keys (in the file, not in this model)": unexpected, "other shapes": shapes}
-        found = [f"{what}: {', '.join(keys)}" for what, keys in problems.items() if keys]
-        if found:
-            raise ValueError(f"{str(path)!r} holds the weights of another model; {'; '.join(found)}. Build the "
-                             "same model (the same layers and sizes) as the one that was saved; nothing was loaded")
+        mine = self.engine.unwrap_model(self.model).state_dict()
+        saved = _unwrapped(path, state["model"], mine)
+        _check_same_model(path, saved, mine, strict)
         if with_opt:
             _check_saved_optimizers(self, path, state)
+        left = [key for key in mine if key not in saved], [key for key in saved if key not in mine]
+        if not strict and any(left):
+            warnings.warn(f"learn.load({str(path)!r}, strict=False) loaded {len(mine) - len(left[0])} of this "
+                          f"model's {len(mine)} tensors; kept as they were: {', '.join(left[0]) or 'none'}; in the "
+                          f"file and not in this model: {', '.join(left[1]) or 'none'}", UserWarning, stacklevel=2)
+            whole = self.engine.model_state_dict(self.model)  # the kept values (under FSDP: gathered from shards)
+            saved = {key: saved[key] if key in saved else whole[key] for key in whole}
         self.engine.load_model_state_dict(self.model, saved)
         if with_opt:
             for name, opt in self.opts.items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -17,7 +18,7 @@ from .learner import _length
 from .recorder import smooth
 from .run_state import learner_state, load_learner_state
 from .schedule import _check_lr
-from .widgets import FigurePlot
+from .widgets import FigurePlot, in_notebook
 
 # %% auto #0
 __all__ = ['LRFinder', 'LRFindResult', 'lr_find']
@@ -139,4 +140,9 @@ def lr_find(learn, start_lr: float = 1e-7, end_lr: float = 10.0, n_steps: int = 
         learn.fit(n_epochs, cbs=finder)
     finally:
         load_learner_state(learn, before, now=True)
-    return LRFindResult(finder)
+    result = LRFindResult(finder)
+    progress = learn.progress
+    if not in_notebook() and any(cb is progress for cb in learn.cbs) and learn.engine.is_master_process:
+        print(f"lr_find: suggested lr_max {result.suggestion:.3g} (steep; min/10: {result.suggestions['min/10']:.3g}); "
+              "the result's .save('lr_find.png') draws the sweep", file=progress.file or sys.stdout, flush=True)
+    return result

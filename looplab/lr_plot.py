@@ -142,7 +142,8 @@ class LRPlot(LRPlan):
         if has_plan and not any(self.planned.values()):
             if self.n_steps is None and self._fit_steps is None:
                 raise ValueError("LRPlot cannot size the plan: dls.train has no len(); pass n_steps=")
-            self.plan(learn.opt, self.n_steps or self._fit_steps)
+            if self.n_steps or self._fit_steps:  # fit(0): no step, nothing to plan
+                self.plan(learn.opt, self.n_steps or self._fit_steps)
         groups = learn.opt.param_groups
         self._first = len(learn.recorder.hypers)  # steps of earlier fits are not drawn
         self.lrs = [[] for _ in groups]

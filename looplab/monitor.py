@@ -9,6 +9,7 @@ import copy
 import difflib
 import io
 import math
+import warnings
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -97,6 +98,16 @@ class EarlyStopping(MonitorCallback):
         self.wait = state["wait"]
         self.stopped_epoch = None if state["stopped_epoch"] < 0 else state["stopped_epoch"]
 
+# %% ../nbs/08b_monitoring.ipynb #fef615f2
+def _keeps_current_weights(learn, cb: Callback, held: str) -> bool:
+    "Whether `cb` is closed because it was removed mid-fit, not at the fit's end; if so, a warning says the weights stay and where `held` is."
+    if learn._where == "idle" and not learn.cbh.running:  # the fit's end: the loop left its epochs, `running` emptied
+        return False
+    warnings.warn(f"{type(cb).__name__} was removed in the middle of the fit (learn.epoch {learn.epoch}), so it loads "
+                  f"nothing: the model keeps its current weights and trains on from them; {held}", UserWarning,
+                  stacklevel=3)
+    return True
+
 # %% ../nbs/08b_monitoring.ipynb #fd6413b3
 class SaveBestModel(MonitorCallback):
     "Keep the weights of the epoch with the best `monitor` (and write them to `path`); load them when training ends."
@@ -124,7 +135,10 @@ class SaveBestModel(MonitorCallback):
             self.learn.engine.save_weights(self.learn.engine.model_state_dict(self.learn.model), self.path)
 
     def on_train_end(self):
-        if self.weights:
+        saved = "" if self.path is None else f" and in {str(self.path)!r}"
+        held = (f"the best ones (best_epoch {self.best_epoch}, {self.monitor} {self.best:.4g}) stay in its weights"
+                f"{saved}: learn.model.load_state_dict(cb.weights) loads them")
+        if self.weights and not _keeps_current_weights(self.learn, self, held):
             self.learn.engine.unwrap_model(self.learn.model).load_state_dict(self.weights)
 
     def state_dict(self) -> dict:
@@ -166,7 +180,9 @@ class SWA(Callback):
         self.n_averaged += 1
 
     def on_train_end(self):
-        if self.n_averaged == 0:
+        held = (f"the average of {self.n_averaged} epochs stays in its averaged, a tensor per parameter: copy each "
+                "into learn.model.parameters() to use it")
+        if self.n_averaged == 0 or _keeps_current_weights(self.learn, self, held):
             return
         for p, avg in zip(self._params(), self.averaged):
             p.copy_(avg)

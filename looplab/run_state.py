@@ -145,12 +145,20 @@ def optimizer_mismatch(optimizer, state: dict) -> str | None:
 
 # %% ../nbs/03d_run_state.ipynb #94502cc1
 def _check_fits(learn, state: dict, now: bool = False) -> None:
-    "Raise a ValueError naming the first part of `state` that does not fit `learn`; change nothing."
+    "Raise a ValueError naming the first part of `state` that does not fit `learn` (the model before its optimizers); change nothing."
     kind = state["engine"]["kind"]
     if kind != type(learn.engine).__name__ or set(state["engine"]["state"]) != set(learn.engine.state_dict()):
         raise ValueError(f"the state was saved by a {kind} with state {sorted(state['engine']['state'])}, but "
                          f"this learner runs {learn.engine!r} with state {sorted(learn.engine.state_dict())}: "
                          "build the learner with the same kind of engine")
+    mine = learn.engine.unwrap_model(learn.model).state_dict()
+    for key in [*state["model"], *mine]:
+        if key not in mine or key not in state["model"]:
+            where = "this model" if key not in mine else "the saved model"
+            raise ValueError(f"the saved model and this model differ: {key!r} is missing from {where}")
+        if state["model"][key].shape != mine[key].shape:
+            raise ValueError(f"the saved model and this model differ at {key!r}: saved shape "
+                             f"{tuple(state['model'][key].shape)}, this model's {tuple(mine[key].shape)}")
     names = sorted(learn.opts) if learn.opts else ["main"]  # without optimizers, create_opt will make "main"
     if sorted(state["optimizers"]) != names and not (now and not state["optimizers"]):
         raise ValueError(f"the state has optimizers {sorted(state['optimizers'])} but this learner has "
@@ -171,11 +179,3 @@ def _check_fits(learn, state: dict, now: bool = False) -> None:
                          "load_state_dict to restore it into: build it with DataLoaders.from_tensors, or give "
                          "it a batch sampler with set_epoch, set_start_iter and load_state_dict (e.g. "
                          "looplab.data.EpochBatchSampler)")
-    mine = learn.engine.unwrap_model(learn.model).state_dict()
-    for key in [*state["model"], *mine]:
-        if key not in mine or key not in state["model"]:
-            where = "this model" if key not in mine else "the saved model"
-            raise ValueError(f"the saved model and this model differ: {key!r} is missing from {where}")
-        if state["model"][key].shape != mine[key].shape:
-            raise ValueError(f"the saved model and this model differ at {key!r}: saved shape "
-                             f"{tuple(state['model'][key].shape)}, this model's {tuple(mine[key].shape)}")
