@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Every test: the package equals what the notebooks export; every notebook runs as in JupyterLab and its outputs are
-# the committed ones (its asserts and pictures included); nbdev_test on the notebooks that shorten themselves under
+# the committed ones (its asserts and pictures included); the route's claims under another seed, thread count and
+# CPU kernels (tools/claims.py); nbdev_test on the notebooks that shorten themselves under
 # it; pytest; then the floor run (tools/test_floors.sh): the unit tests and the README's quick start at the oldest
 # versions settings.ini declares. FLOORS=0 leaves the floor run out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 # The floor run's environment is built in the background from the start: most of it is waiting on the download of
-# torch 2.4's CUDA build, which the notebooks and pytest do not need. Its output is shown at step 5, where it is used.
+# torch 2.4's CUDA build, which the notebooks and pytest do not need. Its output is shown at step 6, where it is used.
 floor_pid=
 floor_log=$(mktemp)
 stop_floor_build() {  # a run that fails first ends the build too: its process group, pip's processes included
@@ -18,7 +19,7 @@ trap stop_floor_build EXIT
 if [ "${FLOORS:-1}" != "0" ]; then
   setsid bash tools/test_floors.sh --build-only >"$floor_log" 2>&1 &  # a process group of its own, led by $!
   floor_pid=$!
-  echo "== the floor run's environment (.venv-floor) is being built in the background; its output follows at step 5"
+  echo "== the floor run's environment (.venv-floor) is being built in the background; its output follows at step 6"
 fi
 bash tools/setup_env.sh
 VENV=${VENV:-.venv}
@@ -40,18 +41,23 @@ unchanged_by() {
   fi
 }
 
-echo "== 1/5 the package is what the notebooks export, and the notebooks are clean (at ${SECONDS}s)"
+echo "== 1/6 the package is what the notebooks export, and the notebooks are clean (at ${SECONDS}s)"
 unchanged_by "looplab/ was not what nbs/ exports: nbdev_export has rewritten it. Commit the exported package." \
   nbdev_export looplab/*.py
 unchanged_by "nbs/ had notebooks that were not clean: nbdev_clean has cleaned them. Commit them (or run nbdev_install_hooks)." \
   nbdev_clean nbs/*.ipynb
 
-echo "== 2/5 every notebook runs as in JupyterLab, and its outputs are the committed ones (at ${SECONDS}s)"
+echo "== 2/6 every notebook runs as in JupyterLab, and its outputs are the committed ones (at ${SECONDS}s)"
 # Each cell runs here, its asserts too, at one torch thread (the committed outputs were made at one per core), and
 # every picture is checked for text drawn over text (tools/text_boxes.py).
 python tools/run_tour.py --check --jobs 2
 
-echo "== 3/5 nbdev_test on the notebooks that read IN_TEST (shorter loops; the same cells as step 2 elsewhere) (at ${SECONDS}s)"
+echo "== 3/6 the route's claims on another student's machine: seeds shifted by one, two torch threads, torch's default (not vectorised) CPU kernels (at ${SECONDS}s)"
+# Every assert of the route's stops, run as another machine computes it (tools/claims.py); the committed run (step 2)
+# used the notebooks' own seeds, one thread and this CPU's kernels. `python tools/claims.py` alone runs the whole grid.
+python tools/claims.py --seeds 1 --threads 2 --caps default --grid full --jobs 2 --quiet
+
+echo "== 4/6 nbdev_test on the notebooks that read IN_TEST (shorter loops; the same cells as step 2 elsewhere) (at ${SECONDS}s)"
 mapfile -t nbs < <(grep -l "IN_TEST" "$root"/nbs/*.ipynb)
 if [ "${#nbs[@]}" -eq 0 ]; then echo "no notebook in $root/nbs reads IN_TEST" >&2; exit 1; fi
 log=$(mktemp)
@@ -64,12 +70,12 @@ if [ "$started" -ne "${#nbs[@]}" ]; then
 fi
 rm -f "$log"
 
-echo "== 4/5 pytest, a test file per worker, one worker per core up to 4 (the reason for each skip at the end) (at ${SECONDS}s)"
+echo "== 5/6 pytest, a test file per worker, one worker per core up to 4 (the reason for each skip at the end) (at ${SECONDS}s)"
 workers=$(nproc); if [ "$workers" -gt 4 ]; then workers=4; fi
 python -m pytest tests -n "$workers" --dist loadfile -rs --durations=15 "$@"
 
 if [ "${FLOORS:-1}" != "0" ]; then
-  echo "== 5/5 the floor run: the unit tests and the quick start at the declared floors (.venv-floor) (at ${SECONDS}s)"
+  echo "== 6/6 the floor run: the unit tests and the quick start at the declared floors (.venv-floor) (at ${SECONDS}s)"
   built=0
   wait "$floor_pid" || built=$?
   floor_pid=
