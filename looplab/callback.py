@@ -87,12 +87,16 @@ class CallbackError(Exception):
 
 # %% ../nbs/02_callbacks.ipynb #bd3f6fc0
 def _check_callback(cb, attached: list) -> None:
-    "Refuse `cb` if it is no callback instance, a second copy of a unique one among `attached`, or misnames an event."
+    "Refuse `cb` if it is no callback instance, already among `attached`, a second unique one, or misnames an event."
     if isinstance(cb, type):
         raise TypeError(f"got the class {cb.__name__}, expected an instance: pass {cb.__name__}() instead")
     if not isinstance(cb, Callback):
         raise TypeError(f"callbacks must be instances of looplab.callback.Callback, got {cb!r} "
                         f"of type {type(cb).__name__}")
+    if any(c is cb for c in attached):
+        raise ValueError(f"{cb!r} is already attached, or given twice: one instance runs once per event, so pass it "
+                         "once. Callbacks of Learner(cbs=...) and add_cbs stay for every fit: leave them out of "
+                         "fit(cbs=...)")
     if cb.unique and any(type(c) is type(cb) for c in attached):
         raise ValueError(f"{type(cb).__name__} is already attached and only one makes sense; "
                          "remove the existing one first")
@@ -102,6 +106,15 @@ def _check_callback(cb, attached: list) -> None:
             close = difflib.get_close_matches(guess, EVENTS, n=1)
             hint = f"; did you mean {close[0]}?" if close else f"; events are {', '.join(EVENTS)}"
             raise ValueError(f"{type(cb).__name__}.{attr} looks like an event but is not one{hint}")
+
+def _check_owner(handler) -> None:
+    "Refuse to run `handler`'s callbacks if one was added to another learner since: its `learn` is that one now."
+    for cb in handler.cbs:
+        if cb.learn is not handler.learn:
+            raise ValueError(f"{cb!r} was added to another learner after this one, so its self.learn is that learner, "
+                             "which it would read and change during this fit: an instance follows one learner. Give "
+                             f"each learner its own {type(cb).__name__}, or take it back with learn.remove_cbs(cb) "
+                             "then learn.add_cbs(cb)")
 
 # %% ../nbs/02_callbacks.ipynb #925184c7
 class CallbackHandler:

@@ -37,6 +37,11 @@ def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> P
                          f"of epoch {learn.epoch}: its step and zero_grad have not all run, so a run resumed from the "
                          "file would differ from this one. Save between batches: in on_batch_end, on_epoch_begin or "
                          "on_epoch_end, or after fit (as the Checkpoint callback does)")
+    if learn.resuming:
+        raise ValueError(f"save_checkpoint refuses to write {str(path)!r}: this learner waits to resume the run it "
+                         "loaded, whose callbacks' states and random generators are put back only when fit starts, "
+                         "so the file would lose them. Fit first (the run continues, and saves as it goes), or copy "
+                         "the file that was loaded")
     epoch, batch = learn.position
     if batch:
         _check_can_resume_mid_epoch(learn, f"save_checkpoint refuses to write {str(path)!r} after batch {batch} of "

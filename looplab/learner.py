@@ -5,6 +5,7 @@
 # %% ../nbs/04_learner.ipynb #40ee6256
 from __future__ import annotations
 
+import copy
 import signal
 import threading
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from torch import nn
 
 from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
-                              CancelValidateException, CancelZeroGradException)
+                              CancelValidateException, CancelZeroGradException, _check_owner)
 from .data import default_split_batch, set_seed
 from .engine import closure_refusal, move_optimizer_state, needs_closure
 from .errors import _as_engine, _check_learner_args, _checked_backward, _checked_call, _checked_lr
@@ -278,6 +279,38 @@ class LearnerBase:
         self._resume = None
         self._cut_short = False
 
+# %% ../nbs/04_learner.ipynb #685ff77f
+@contextmanager
+def _resume_kept(learn, n_epochs: int):
+    "(epoch, batch, restore) where `fit(n_epochs)` continues: pending, the optimizers as they were, until restored."
+    pending = learn._resume
+    if pending is None:
+        yield 0, 0, None
+        return
+    epoch, batch, restore = pending
+    if n_epochs < epoch or (n_epochs == epoch and batch):
+        done = f"{epoch} epoch{'s' * (epoch != 1)}" + (f" and {batch} batches of the next" if batch else "")
+        raise ValueError(f"fit(n_epochs={n_epochs}) would train nothing: the run it resumes has done {done}, and "
+                         f"n_epochs counts from that run's start. Call fit({epoch + 1}) or more to train on (the "
+                         "resume is kept); to train a new run from these weights instead, call "
+                         "learn.set_position(0, 0) first")
+    opts, opt, lr = dict(learn.opts), learn.opt, learn.lr
+    settings = [(group, copy.deepcopy({k: v for k, v in group.items() if k != "params"}))
+                for each in opts.values() for group in each.param_groups]
+
+    def restore_once():
+        restore()
+        learn._resume = None
+    try:
+        yield epoch, batch, restore_once
+    finally:
+        if learn._resume is pending:  # refused, cancelled or stopped before the restore: as if never begun
+            learn.opts, learn.opt, learn.lr = opts, opt, lr
+            for group, saved in settings:
+                for key in set(group) - set(saved) - {"params"}:
+                    del group[key]  # e.g. the initial_lr a scheduler adds
+                group.update(saved)
+
 # %% ../nbs/04_learner.ipynb #66fe8707
 class Learner(LearnerInference, LearnerFiles, LearnerBase):
     "A model, its data, loss function, optimizers and engine; `fit` trains them, calling the callbacks at every event."
@@ -288,11 +321,11 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
         _check_train_data(self)
         fit_cbs = _as_list(cbs)
         self.cbh.add(*fit_cbs)  # all of them, or none if one is refused
-        first_epoch, first_iter, restore = self._resume or (0, 0, None)
-        self._resume = None
         self.n_epochs = n_epochs
         try:
-            with _stop_between_batches(self):
+            _check_owner(self.cbh)
+            with (_resume_kept(self, n_epochs) as (first_epoch, first_iter, restore),
+                  _stop_between_batches(self)):
                 self.model = self.engine.init_components(self.model)
                 try:
                     _prepare_opts(self, lr)
@@ -443,6 +476,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
         dl = self.dls.valid if dl is None else dl
         if dl is None:
             raise ValueError("no validation data: dls.valid is None and no dl was given")
+        _check_owner(self.cbh)
         where = self._where
         self.model = self.engine.init_components(self.model)
         try:
