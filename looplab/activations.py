@@ -24,7 +24,7 @@ from .loss_plot import FitProgress, _few_ticks, _frame
 from .widgets import FigurePlot, _hold_batches, check_figsize
 
 # %% auto #0
-__all__ = ['activation_rows', 'activation_row', 'ActivationStats', 'ActivationPlot']
+__all__ = ['activation_rows', 'activation_row', 'ActivationStatsWarning', 'ActivationStats', 'ActivationPlot']
 
 # %% ../nbs/07c_activations.ipynb #e4bad927
 def _output_tensor(module: nn.Module, outputs) -> torch.Tensor:
@@ -189,6 +189,24 @@ class _ActivationRecord(_ActivationKeeper):
         "Training batches recorded: one row per layer each, however many times a layer ran in the batch."
         return len(self._rows) + self._n_pending + len(self._kept)
 
+# %% ../nbs/07c_activations.ipynb #f500ef38
+class ActivationStatsWarning(FutureWarning):
+    "ActivationStats' `means`, `stds` and `hists` are not the numbers miniai's ActivationStats gives: said once a process."
+    told = False  # whether this process has heard it
+
+def _tell_not_miniai(sample: int | None) -> None:
+    "Warn, the first time in this process, how `means`, `stds` and `hists` differ from miniai's, and how to get its numbers."
+    if ActivationStatsWarning.told:
+        return
+    ActivationStatsWarning.told = True
+    taken = "every activation" if sample is None else f"a fixed sample of {sample:,} activations (sample=None: all)"
+    warnings.warn(f"ActivationStats' means, stds and hists are not miniai's: per layer and batch they describe "
+                  f"{taken}; stds divide by n, not n - 1 (times sqrt(n / (n - 1)) gives miniai's); hists hold shares "
+                  "(a row sums to 1) where miniai's histc counts (times n gives counts), and their last bin also holds "
+                  "|a| above hist_max, which histc drops; each is a NumPy float32 array per layer name. Said once; "
+                  "silence it with warnings.filterwarnings('ignore', category=ActivationStatsWarning)",
+                  ActivationStatsWarning, stacklevel=3)
+
 # %% ../nbs/07c_activations.ipynb #2d711a18
 class ActivationStats(_ActivationRecord):
     "Each hooked layer's activations at every training batch, from a fixed sample: mean, std, share near zero, histogram of |a|."
@@ -199,11 +217,13 @@ class ActivationStats(_ActivationRecord):
     @property
     def means(self) -> dict[str, np.ndarray]:
         "Layer name → the mean activation at each training batch."
+        _tell_not_miniai(self.sample)
         return self._columns(0)
 
     @property
     def stds(self) -> dict[str, np.ndarray]:
         "Layer name → the std of the activations at each training batch."
+        _tell_not_miniai(self.sample)
         return self._columns(1)
 
     @property
@@ -214,6 +234,7 @@ class ActivationStats(_ActivationRecord):
     @property
     def hists(self) -> dict[str, np.ndarray]:
         "Layer name → (batches, `bins`) shares of |a| in equal bins over [0, `hist_max`], the last holding all above."
+        _tell_not_miniai(self.sample)
         return self._columns(slice(3, None))
 
     def state_dict(self) -> dict:
@@ -322,16 +343,34 @@ def _show_curves(lines, values: dict) -> None:
     for line, y in zip(lines, values.values()):
         line.set_data(np.arange(1, len(y) + 1), y)
 
+# %% ../nbs/07c_activations.ipynb #74a5a4f6
+import difflib
+from pathlib import Path
+
+_SAVEFIG = ("dpi", "format", "metadata", "bbox_inches", "pad_inches", "facecolor", "edgecolor", "backend",
+            "orientation", "transparent", "bbox_extra_artists", "pil_kwargs")  # matplotlib's Figure.savefig
+
+def _save_figure(plot, path: str | Path, savefig: dict) -> Path:
+    "Write `plot.plot()` to `path` with matplotlib's `savefig` keywords; refuse one it does not take, by name."
+    unknown = [key for key in savefig if key not in _SAVEFIG]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], _SAVEFIG, n=1)
+        raise TypeError(f"save() got {unknown[0]}={savefig[unknown[0]]!r}, which matplotlib's savefig does not take"
+                        f"{f' (did you mean {close[0]!r}?)' if close else ''}: give any of {', '.join(_SAVEFIG)}")
+    plot.plot().savefig(path, **savefig)
+    return Path(path)
+
 # %% ../nbs/07c_activations.ipynb #a5bb0531
 def _draw_hists(fig: Figure, stats: ActivationStats) -> None:
     axes, key = _panel_grid(fig, len(stats.names))
     images = _hist_axes(axes, stats.labels, stats.hist_max, stats.n_batches, below=0)
-    _show_hists(images, stats.hists)
+    _show_hists(images, stats._columns(slice(3, None)))
     _colour_key(fig, key, images[0])
 
 def _draw_curves(fig: Figure, stats: ActivationStats) -> None:
     axes = fig.subplots(1, 3)
-    panels = ((stats.means, "mean", "mean activation"), (stats.stds, "std (log scale)", "std of activations"),
+    panels = ((stats._columns(0), "mean", "mean activation"),
+              (stats._columns(1), "std (log scale)", "std of activations"),
               (stats.near_zero, f"share with |a| < {stats.zero_below:g}", "share near zero"))
     for i, (ax, (values, title, ylabel)) in enumerate(zip(axes, panels)):
         _show_curves(_curve_axes(ax, stats.labels, title, ylabel, legend=i == 0), values)  # one legend for all
@@ -364,6 +403,10 @@ class _StatsFigure(FigurePlot):
         self.draw(fig, self.stats)
         return fig
 
+    def save(self, path: str | Path, **savefig) -> Path:
+        "Write the picture to `path` (PNG, SVG or PDF, from the extension), with matplotlib's `savefig` keywords."
+        return _save_figure(self, path, savefig)
+
 # %% ../nbs/07c_activations.ipynb #a7f3c2d1
 class _ActivationFigure(FitProgress):
     "What ActivationPlot draws from its ActivationStats (`stats`): an image per layer, the near-zero shares, a key; a line of text."
@@ -387,7 +430,7 @@ class _ActivationFigure(FitProgress):
 
     def _fill(self, fig: Figure, artists: list, grow: bool) -> None:
         n_layers = len(self.stats.names)
-        _show_hists(artists[:n_layers], self.stats.hists)
+        _show_hists(artists[:n_layers], self.stats._columns(slice(3, None)))
         _show_curves(artists[n_layers:], self.stats.near_zero)
         panels = _panels(fig)
         if not grow:  # the final picture, or plot(): the x axes hold what was done (a stopped fit: no empty tail)
@@ -395,6 +438,10 @@ class _ActivationFigure(FitProgress):
                 ax.set_xlim(0, max(self.stats.n_batches, 1))
         else:
             _hold_batches(panels, self.stats.n_batches)  # a loader without a length: the x axes grow by doubling
+
+    def save(self, path: str | Path, **savefig) -> Path:
+        "Write the picture of what was collected to `path`, with matplotlib's `savefig` keywords (`dpi=60`...)."
+        return _save_figure(self, path, savefig)
 
     def _summary(self) -> str:
         "The training batches, and the share of near-zero activations in each layer at the last one."

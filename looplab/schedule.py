@@ -186,6 +186,43 @@ def _documented_unit(scheduler) -> str:
                      "known: say TorchScheduler(make, every='step') to step it after every optimizer step, or "
                      "every='epoch' to step it once at the end of every epoch")
 
+# %% ../nbs/06_schedules.ipynb #2b51833f
+from collections import Counter
+
+_GROUPS = "optimizer_param_groups"  # TorchScheduler's state: the optimizer's hyper-parameters, beside the scheduler's
+
+def _without_counters(value):
+    "`value` (a scheduler's state) with each `collections.Counter` in it, such as MultiStepLR's milestones, a plain dict."
+    if isinstance(value, Counter):
+        return dict(value)
+    if isinstance(value, dict):
+        return {key: _without_counters(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_without_counters(item) for item in value)
+    return value
+
+def _scheduler_state(scheduler, opt: torch.optim.Optimizer) -> dict:
+    "`scheduler`'s state as plain data, with the hyper-parameters (all but the params) of the groups of `opt`, which it drives."
+    groups = [{key: value for key, value in group.items() if key not in ("params", "param_names")}
+              for group in opt.param_groups]
+    return {**_without_counters(scheduler.state_dict()), _GROUPS: copy.deepcopy(groups)}
+
+def _parts(scheduler) -> list:
+    "`scheduler` and the schedulers it chains (SequentialLR, ChainedScheduler), depth first."
+    return [scheduler, *[part for inner in getattr(scheduler, "_schedulers", []) for part in _parts(inner)]]
+
+def _load_scheduler_state(scheduler, state: dict, opt: torch.optim.Optimizer) -> None:
+    "Load `state` into `scheduler` (its Counters made Counters again), then into `opt` the hyper-parameters saved with it."
+    state = dict(state)
+    groups = state.pop(_GROUPS, [])  # none in a scheduler's own state_dict: the optimizer stays as it is
+    counters = [(part, name) for part in _parts(scheduler) for name, value in vars(part).items()
+                if isinstance(value, Counter)]
+    scheduler.load_state_dict(state)
+    for part, name in counters:
+        setattr(part, name, Counter(getattr(part, name)))
+    for group, saved in zip(opt.param_groups, groups):
+        group.update(copy.deepcopy(saved))  # the LR (and momentum) the saved run stepped with, as torch's recipe
+
 # %% ../nbs/06_schedules.ipynb #ce3bf36d
 class TorchScheduler(Callback):
     "Steps the `torch.optim.lr_scheduler` that `make(opt)` builds: every real step or every epoch; a plateau scheduler on `monitor`."
@@ -204,7 +241,7 @@ class TorchScheduler(Callback):
         self._state = None  # a state loaded before the fit built the scheduler
 
     def on_train_begin(self):
-        self.scheduler = self.make(self.learn.opt)
+        self.scheduler = self.make(self.learn.opt)  # which writes its first LR into the optimizer
         plateau = isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
         if plateau and self.every == "step":
             raise ValueError("ReduceLROnPlateau steps on a value recorded once per epoch: use every='epoch'")
@@ -214,7 +251,7 @@ class TorchScheduler(Callback):
         self._on = self.every or _documented_unit(self.scheduler)
         self._plateau = plateau
         if self._state is not None:
-            self.scheduler.load_state_dict(self._state)
+            self.load_state_dict(self._state)  # into the scheduler just built
             self._state = None
 
     def on_step_end(self):
@@ -234,13 +271,15 @@ class TorchScheduler(Callback):
         self.scheduler.step(value)
 
     def state_dict(self) -> dict:
-        return self.scheduler.state_dict() if self.scheduler is not None else {}
+        if self.scheduler is None:
+            return {} if self._state is None else self._state  # loaded, waiting for the fit: kept as it came
+        return _scheduler_state(self.scheduler, self.learn.opt)
 
     def load_state_dict(self, state: dict) -> None:
         if self.scheduler is None:
-            self._state = state
+            self._state = state  # the fit builds the scheduler, then loads this
         else:
-            self.scheduler.load_state_dict(state)
+            _load_scheduler_state(self.scheduler, state, self.learn.opt)
 
 # %% ../nbs/06_schedules.ipynb #bbcba3c4
 def dry_run_scheduler(scheduler: Callable, opt: torch.optim.Optimizer, n_steps: int) -> dict[str, list | None]:
