@@ -71,6 +71,8 @@ def load_checkpoint(learn, path: str | os.PathLike) -> dict:
                               "nothing was loaded") from e
     try:
         load_learner_state(learn, ckpt["state"])
+    except CheckpointError:  # the engine could not read its part of the file (a sharded engine's shards): as it said
+        raise
     except errors as e:
         raise CheckpointError(f"checkpoint {str(path)!r} does not fit this learner ({type(e).__name__}: {e}); "
                               "the learner may be partly loaded: build it again before loading another "

@@ -101,6 +101,7 @@ class EngineBase:
 # %% ../nbs/04_engine.ipynb #b8443abe
 class Engine(EngineBase):
     "The engine interface: `EngineBase` and the checkpoint packing every engine shares."
+    no_whole_optimizer_state_because: str | None = None  # an engine whose optimizers' state is not whole says why
     def state_dict(self) -> dict:
         "The engine's own state, as plain data."
         return {}
@@ -149,11 +150,9 @@ class Engine(EngineBase):
         self.unwrap_model(model).load_state_dict(state_dict)
 
     def save_weights(self, weights: dict, path) -> Path:
-        "Write `weights` (a plain file: `03c_files`) atomically, on the master only; every process waits for it."
+        "Write `weights` (a plain file: `03c_files`) atomically, on the master only; every process waits for the outcome."
         path = _writable_path(path)  # a bad path is refused on every process alike
-        if self.is_master_process:
-            atomic_save(weights, path)
-        self.barrier()  # under DDP no process goes on before the file exists
+        _written_on_master(self, lambda: atomic_save(weights, path))
         return path
 
     def barrier(self) -> None:
@@ -173,6 +172,30 @@ def _load_optimizer(optimizer, state: dict) -> None:
             loaded = optimizer.state[param][key]
             if isinstance(value, torch.Tensor) and value.dtype != loaded.dtype:
                 optimizer.state[param][key] = value.to(loaded.device)
+
+# %% ../nbs/04_engine.ipynb #7f132b0e
+_WRITE_ERRORS = (PermissionError, NotADirectoryError, IsADirectoryError, OSError, ValueError, RuntimeError)  # sent by index
+
+def _written_on_master(engine, write: Callable) -> None:
+    "`write()` on the master; then every process raises the master's error (naming rank 0) or goes on, together."
+    error = None
+    if engine.is_master_process:
+        try:
+            write()
+        except Exception as e:
+            error = e
+    dist = torch.distributed
+    if engine.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
+        engine.barrier()
+    else:
+        kind = next((i for i, k in enumerate(_WRITE_ERRORS) if isinstance(error, k)), len(_WRITE_ERRORS) - 1)
+        said = [None if error is None else (kind, str(error))]
+        dist.broadcast_object_list(said, src=0)  # every rank waits here for the master's outcome
+        if error is None and said[0] is not None:
+            error = _WRITE_ERRORS[said[0][0]](f"on rank 0: {said[0][1]}")
+    if error is not None:
+        raise error
+
 
 # %% ../nbs/04_engine.ipynb #89d73701
 _FULL_PRECISION = contextlib.nullcontext()  # reusable: entering it does nothing, so one serves every batch

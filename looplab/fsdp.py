@@ -281,6 +281,7 @@ class FSDPEngine(DistributedDataParallelEngine):
     no_closure_because = ("FSDPEngine keeps each parameter in shards, while a closure optimizer (LBFGS) flattens "
                           "whole parameters for its line search: train it with DistributedDataParallelEngine")
     inference_wait_s = 10.0  # how long get_preds and predict wait for the other ranks before refusing
+    no_whole_optimizer_state_because = WHOLE_STATE_BECAUSE  # learn.save and learn.load refuse with_opt=True at once
 
     def __init__(self, device=None, backend: str | None = None, mp_dtype: torch.dtype | None = None,
                  layers: Callable = default_layers, reshard_after_forward: bool = True, timeout_s: float = 300.0):

@@ -155,6 +155,25 @@ def _check_saved_optimizers(learn, path, state: dict) -> None:
             raise ValueError(f"{str(path)!r} holds an optimizer state that does not fit learn.opts[{name!r}]: "
                              f"{problem}. Build the learner with the saved run's opt_func; nothing was loaded")
 
+_SHARDED_BECAUSE = ("the model's parameters are sharded (DTensor), so each rank holds a shard of the optimizers' "
+                    "state: save_checkpoint(learn, path) and load_checkpoint(learn, path) carry a run with its "
+                    "optimizers; learn.save(path) and learn.load(path) the whole weights alone")
+
+def _refuse_whole_optimizer_state(learn, call: str) -> None:
+    "Refuse `call` (`learn.save` or `learn.load` with_opt=True) before any weight moves, when the optimizers' state is sharded."
+    because = getattr(learn.engine, "no_whole_optimizer_state_because", None)
+    if because is None:
+        try:
+            from torch.distributed.tensor import DTensor
+        except ImportError:  # a torch built without distributed: nothing is sharded
+            return
+        params = [p for opt in learn.opts.values() for group in opt.param_groups for p in group["params"]]
+        if any(isinstance(p, DTensor) for p in params + list(learn.model.parameters())):
+            because = _SHARDED_BECAUSE
+    if because:
+        raise ValueError(f"{call} under {type(learn.engine).__name__}: {because}")
+
+
 # %% ../nbs/04_inference.ipynb #84644a77
 _WRAPPED = "module."  # what DistributedDataParallel and DataParallel put before each key of their own state_dict
 
@@ -194,6 +213,8 @@ class LearnerFiles:
     "Fastai's weights files for a learner: `save` and `load` the model's weights, and the optimizers' state if asked."
     def save(self, path, with_opt: bool = False) -> Path:
         "Write the model's `state_dict` to `path` atomically (with every optimizer's, as `{'model', 'optimizers'}`, if `with_opt`)."
+        if with_opt:
+            _refuse_whole_optimizer_state(self, "learn.save(path, with_opt=True)")
         if with_opt and not self.opts:
             raise ValueError("save(path, with_opt=True): this learner has no optimizer yet (they are made at the "
                              "first fit, or by learn.create_opt()); fit first, or save with with_opt=False")
@@ -210,6 +231,8 @@ class LearnerFiles:
             raise ValueError("load(path, with_opt=True, strict=False): an optimizer's state follows the parameters "
                              "in order, all of them, so it fits only the whole model; load the weights with "
                              "strict=False and with_opt=False, and train on with new optimizers")
+        if with_opt:
+            _refuse_whole_optimizer_state(self, "learn.load(path, with_opt=True)")
         state = read_weights(path)
         mine = self.engine.unwrap_model(self.model).state_dict()
         saved = _unwrapped(path, state["model"], mine)

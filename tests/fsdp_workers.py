@@ -196,6 +196,14 @@ def _on_rank0(learn, action):
     learn.engine.barrier()
 
 
+def _listing(learn, folder) -> list[str]:
+    "The folder's names as every rank reads them at one moment: after every rank's last step, before any rank's next."
+    learn.engine.barrier()
+    names = sorted(p.name for p in folder.iterdir())
+    learn.engine.barrier()
+    return names
+
+
 def _flip_byte(file):
     "Change one byte in the middle of `file`."
     data = bytearray(file.read_bytes())
@@ -218,7 +226,7 @@ def broken_targets_and_shards(tmp):
     out["pipe"] = _attempt(lambda: save_checkpoint(learn, tmp / "pipe.pt"))
     path = tmp / "run.pt"
     save_checkpoint(learn, path)
-    out["saved"] = sorted(p.name for p in tmp.iterdir())
+    out["saved"] = _listing(learn, tmp)
     write = dcp.FileSystemWriter.write_data
     if learn.engine.rank == 1:
         def full_disk(*args, **kwargs):
@@ -226,7 +234,7 @@ def broken_targets_and_shards(tmp):
         dcp.FileSystemWriter.write_data = full_disk
     out["full disk"] = _attempt(lambda: save_checkpoint(learn, path))
     dcp.FileSystemWriter.write_data = write
-    out["after full disk"] = sorted(p.name for p in tmp.iterdir())
+    out["after full disk"] = _listing(learn, tmp)
     for case, rank, name in (("rank 1's target", 1, "_writable_path"), ("rank 0's commit", 0, "write_checkpoint")):
         kept = getattr(fsdp, name)
         if learn.engine.rank == rank:  # a failure on one rank only: its own disk, its own permissions
@@ -235,7 +243,7 @@ def broken_targets_and_shards(tmp):
             setattr(fsdp, name, fails)
         out[case] = _attempt(lambda: save_checkpoint(learn, path))
         setattr(fsdp, name, kept)
-        out[f"after {case}"] = sorted(p.name for p in tmp.iterdir())
+        out[f"after {case}"] = _listing(learn, tmp)
     _on_rank0(learn, lambda: shutil.copy(path, tmp / "keep.pt"))
     save_checkpoint(learn, path)
     save_checkpoint(learn, path)
