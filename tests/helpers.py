@@ -116,6 +116,26 @@ class StopAfter(Callback):
             raise CancelFitException()
 
 
+class SaveAt(Callback):
+    "Saves a checkpoint after training batch `n_iter` (or at the end of epoch `epoch`), then ends the fit."
+    order = 100
+
+    def __init__(self, path=None, n_iter=None, epoch=None):
+        self.path = path
+        self.n_iter = n_iter
+        self.epoch = epoch
+
+    def on_batch_end(self):
+        if self.learn.training and self.learn.n_iter == self.n_iter:
+            save_checkpoint(self.learn, self.path)
+            raise CancelFitException()
+
+    def on_epoch_end(self):
+        if self.learn.epoch == self.epoch:
+            save_checkpoint(self.learn, self.path)
+            raise CancelFitException()
+
+
 class PrintProgress(Callback):
     "Prints `fit` when training starts, then `n_iter` after every training batch: a test kills the process on a line."
     order = 300  # after the Checkpoint and any callback that stops the run

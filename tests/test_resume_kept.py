@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import dist_workers as w
-from helpers import digits_learner
+from helpers import SaveAt, digits_learner
 from looplab.callback import Callback, CallbackError, CancelFitException
 from looplab.checkpoint import load_checkpoint, save_checkpoint
 from looplab.distributed import launch
@@ -26,26 +26,6 @@ def dropout_model():
 def learner(cbs=(), **save):
     "Digits (23 shuffled batches an epoch), dropout, momentum, `cbs` and a `SaveAt(**save)` (which may never save)."
     return digits_learner(dropout_model, seed=0, cbs=[*cbs, SaveAt(**save)])
-
-
-class SaveAt(Callback):
-    "Saves a checkpoint after training batch `n_iter` (or at the end of epoch `epoch`), then ends the fit."
-    order = 100
-
-    def __init__(self, path=None, n_iter=None, epoch=None):
-        self.path = path
-        self.n_iter = n_iter
-        self.epoch = epoch
-
-    def on_batch_end(self):
-        if self.learn.training and self.learn.n_iter == self.n_iter:
-            save_checkpoint(self.learn, self.path)
-            raise CancelFitException()
-
-    def on_epoch_end(self):
-        if self.learn.epoch == self.epoch:
-            save_checkpoint(self.learn, self.path)
-            raise CancelFitException()
 
 
 class Begins(Callback):

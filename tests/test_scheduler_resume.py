@@ -10,9 +10,8 @@ import torch
 import torch.optim.lr_scheduler as L
 from torch import nn
 
-from helpers import digits_learner
-from looplab.callback import Callback, CancelFitException
-from looplab.checkpoint import load_checkpoint, save_checkpoint
+from helpers import SaveAt, digits_learner
+from looplab.checkpoint import load_checkpoint
 from looplab.files import read_checkpoint
 from looplab.schedule import TorchScheduler
 
@@ -57,26 +56,6 @@ CASES = {**{name: (make, None) for name, make in TORCH.items()},
              L.ConstantLR(opt, factor=0.5, total_iters=1), L.MultiStepLR(opt, milestones=[1, 1], gamma=0.5)],
              milestones=[1]), None)}
 PAUSES = {"mid-epoch": dict(n_iter=30), "epoch end": dict(epoch=0)}  # after batch 7 of epoch 1; after epoch 0
-
-
-class SaveAt(Callback):
-    "Saves a checkpoint after training batch `n_iter` (or at the end of epoch `epoch`), then ends the fit."
-    order = 100
-
-    def __init__(self, path=None, n_iter=None, epoch=None):
-        self.path = path
-        self.n_iter = n_iter
-        self.epoch = epoch
-
-    def on_batch_end(self):
-        if self.learn.training and self.learn.n_iter == self.n_iter:
-            save_checkpoint(self.learn, self.path)
-            raise CancelFitException()
-
-    def on_epoch_end(self):
-        if self.learn.epoch == self.epoch:
-            save_checkpoint(self.learn, self.path)
-            raise CancelFitException()
 
 
 def model():
