@@ -36,7 +36,7 @@ class GANAxes:
                                      borderaxespad=0.3, markerscale=3)  # dots large enough to tell the colours
         canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
         renderer = canvas.get_renderer()  # measures text without drawing
-        self.title_pad = (legend.get_window_extent(renderer).y1 - self.ax_loss.bbox.y1) * 72 / fig.dpi + 6  # points: room for descenders
+        self.title_pad = (legend.get_window_extent(renderer).y1 - self.ax_loss.bbox.y1) * 72 / fig.dpi + 6  # points
         self.ax_loss.set_title("GAN losses", pad=self.title_pad)  # above the legend; the samples' title lines up
         above = (self.ax_loss.title.get_window_extent(renderer).y1 - self.ax_loss.bbox.y1) / fig.dpi
         fig.subplots_adjust(top=1 - (above + 0.08) / height)
