@@ -109,31 +109,27 @@ class StopAfter(Callback):
 
     def on_batch_end(self):
         if self.learn.training and self.learn.n_iter == self.n_iter:
-            raise CancelFitException()
+            self.stop()
 
     def on_epoch_end(self):
         if self.learn.epoch == self.epoch:
-            raise CancelFitException()
+            self.stop()
+
+    def stop(self):
+        raise CancelFitException()
 
 
-class SaveAt(Callback):
-    "Saves a checkpoint after training batch `n_iter` (or at the end of epoch `epoch`), then ends the fit."
+class SaveAt(StopAfter):
+    "Saves a checkpoint to `path` after training batch `n_iter` (or at the end of epoch `epoch`), then ends the fit."
     order = 100
 
     def __init__(self, path=None, n_iter=None, epoch=None):
+        super().__init__(n_iter, epoch)
         self.path = path
-        self.n_iter = n_iter
-        self.epoch = epoch
 
-    def on_batch_end(self):
-        if self.learn.training and self.learn.n_iter == self.n_iter:
-            save_checkpoint(self.learn, self.path)
-            raise CancelFitException()
-
-    def on_epoch_end(self):
-        if self.learn.epoch == self.epoch:
-            save_checkpoint(self.learn, self.path)
-            raise CancelFitException()
+    def stop(self):
+        save_checkpoint(self.learn, self.path)
+        super().stop()
 
 
 class PrintProgress(Callback):
