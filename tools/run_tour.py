@@ -172,9 +172,9 @@ def main(paths: list[Path], save: bool = False, check: bool = False, out_dir: st
 
 
 def notebooks(args: list[str]) -> list[Path]:
-    "The notebooks named, or those of the folders named, in reading order (default: nbs/)."
+    "The notebooks named, or those of the folders named, in reading order (default: nbs/, then its answer keys)."
     paths = []
-    for arg in args or [str(ROOT / "nbs")]:
+    for arg in args or [str(ROOT / "nbs"), str(ROOT / "nbs" / "keys")]:
         path = Path(arg)
         if path.is_dir():
             paths.extend(sorted(p for p in path.glob("*.ipynb") if not p.name.startswith(("_", "."))))

@@ -43,9 +43,9 @@ unchanged_by() {
 
 echo "== 1/6 the package is what the notebooks export, and the notebooks are clean (at ${SECONDS}s)"
 unchanged_by "looplab/ was not what nbs/ exports: nbdev_export has rewritten it. Commit the exported package." \
-  nbdev_export looplab/*.py
+  nbdev_export looplab/*.py looplab/keys/*.py
 unchanged_by "nbs/ had notebooks that were not clean: nbdev_clean has cleaned them. Commit them (or run nbdev_install_hooks)." \
-  nbdev_clean nbs/*.ipynb
+  nbdev_clean nbs/*.ipynb nbs/keys/*.ipynb
 
 echo "== 2/6 every notebook runs as in JupyterLab, and its outputs are the committed ones (at ${SECONDS}s)"
 # Each cell runs here, its asserts too, at one torch thread (the committed outputs were made at one per core), and
