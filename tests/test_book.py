@@ -212,3 +212,21 @@ def test_book_math_renders_and_nothing_is_fetched_from_the_network(book):
     for name in pages:  # every notebook's math is drawn, as many elements as it has spans
         if "/" not in name and name != "index.html":
             assert len(drawn[name]) == math_spans(name[:-len(".html")]), name
+
+
+def test_the_answer_keys_are_an_appendix_with_each_reference_hidden(book):
+    "Each answer key (nbs/keys/) has a page the index lists; its references are collapsed until opened."
+    require_chromium("the book's browser test")
+    base, pages = book
+    keys = sorted(p.stem for p in (ROOT / "nbs" / "keys").glob("*.ipynb"))
+    assert keys and sorted(p[len("keys/"):-len(".html")] for p in pages if p.startswith("keys/")) == keys
+    with chromium_context(str(OUT / "chromium-profile-keys")) as context:
+        page = context.new_page()
+        page.goto(base + "index.html", wait_until="load")
+        listed = page.locator("section.book-appendix a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
+        assert listed == [f"keys/{stem}.html" for stem in keys]
+        page.goto(base + "keys/01_bare_loop.html", wait_until="load")
+        reference = page.get_by_text("One epoch of the five-line loop: for every batch")
+        assert page.locator("details.book-hidden-source").count() >= 1 and not reference.is_visible()
+        page.locator("details.book-hidden-source > summary").first.click()
+        assert reference.is_visible()

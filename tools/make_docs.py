@@ -298,6 +298,27 @@ def book_navigation(notebooks: dict) -> dict[str, dict]:
     return pages
 
 
+KEYS = "keys"  # the answer keys of the exercises: nbs/keys/, an appendix of the book (keys/ beside the pages)
+
+
+def appendix(exp: HTMLExporter, out: Path, keys: list[Path], stems: set[str], modules: set[str]) -> list[Path]:
+    "A page per answer key, in route order, in `out/keys/`: each reference collapsed until opened, as in JupyterLab."
+    (out / KEYS).mkdir()
+    notebooks = [nbformat.read(p, as_version=4) for p in keys]
+    titles = [title_of(nb, p.stem) for p, nb in zip(keys, notebooks)]
+    written = []
+    for i, (path, nb) in enumerate(zip(keys, notebooks)):
+        prev = (f"{keys[i - 1].stem}.html", titles[i - 1]) if i > 0 else None
+        next_ = (f"{keys[i + 1].stem}.html", titles[i + 1]) if i + 1 < len(keys) else None
+        book = {"root": "../", "nav_top": nav("../", prev, next_, None, "top"),
+                "nav_bottom": nav("../", prev, next_, None, "bottom")}
+        page = notebook_page(exp, nb, titles[i], book)
+        target = out / KEYS / f"{path.stem}.html"
+        target.write_text(link_names(page, stems, modules, "../"), encoding="utf-8")
+        written.append(target)
+    return written
+
+
 def build(out: Path) -> list[Path]:
     "Write the book into `out` (emptied first); return the pages written."
     nbs = sorted(p for p in (ROOT / settings()["nbs_path"]).glob("*.ipynb") if not p.name.startswith(("_", ".")))
@@ -310,6 +331,7 @@ def build(out: Path) -> list[Path]:
     (out / "api").mkdir(parents=True)
     shutil.copy(TEMPLATES / "book.css", out / "book.css")
     notebooks = {p.stem: nbformat.read(p, as_version=4) for p in index + chapters}
+    keys = sorted((ROOT / settings()["nbs_path"] / KEYS).glob("*.ipynb"))
     titles = {stem: title_of(nb, stem) for stem, nb in notebooks.items()}
     modules = {stem: module_of(nb) for stem, nb in notebooks.items()}
     stems, module_names = set(notebooks), {m for m in modules.values() if m}
@@ -329,8 +351,11 @@ def build(out: Path) -> list[Path]:
         if stem == "index":
             api_list = "".join(f"<li>{link('api/' + modules[s] + '.html', modules[s])} — {link(s + '.html', titles[s])}</li>"
                                for s in sorted(order) if modules[s])
+            key_list = "".join(f"<li>{link(KEYS + '/' + p.stem + '.html', title_of(nbformat.read(p, as_version=4), p.stem))}"
+                               f"</li>" for p in keys)
             page = page.replace(book["nav_bottom"], f'<section class="book-api-index"><h2>The modules</h2>'
-                                f'<ul>{api_list}</ul></section>' + book["nav_bottom"])
+                                f'<ul>{api_list}</ul></section><section class="book-appendix"><h2>Appendix: the '
+                                f'answer keys of the exercises</h2><ul>{key_list}</ul></section>' + book["nav_bottom"])
         path = out / ("index.html" if stem == "index" else f"{stem}.html")
         path.write_text(link_names(page, stems, module_names, ""), encoding="utf-8")
         written.append(path)
@@ -344,6 +369,7 @@ def build(out: Path) -> list[Path]:
         path = out / "api" / f"{name}.html"
         path.write_text(link_names(html_page(name, body, "../"), stems, module_names, "../"), encoding="utf-8")
         written.append(path)
+    written += appendix(exp, out, keys, stems, module_names)
     (out / "pages.json").write_text(json.dumps([str(p.relative_to(out)) for p in written], indent=1))
     return written
 

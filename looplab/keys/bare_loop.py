@@ -18,7 +18,6 @@ from ..exercises import (Check, Exercise, Mistake, RecordingLoader, RecordingOpt
                                first_state_departure)
 
 # %% ../../nbs/keys/01_bare_loop.ipynb #563b9a44
-#| code-fold: true
 def train_one_epoch(model, dl, opt, loss_fn) -> None:
     "One epoch of the five-line loop: for every batch, predictions, loss, gradients, a step, and clear the gradients."
     for xb, yb in dl:
