@@ -2,8 +2,8 @@
 notebooks is blank, has the reference's signature and checks as "not attempted" with the committed text; each
 reference passes and is what `solution()` shows; each known mistake gets its own message; odd answers get a failing
 report, never a crash; two runs give the same report and leave the random generators as they were."""
+import inspect
 import json
-import math
 import random
 import re
 import sys
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from looplab.callback import Callback, CancelFitException
 from looplab.exercises import Exercise, exercise, exercises, is_blank, wrong_shape
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,7 +101,6 @@ def test_the_reference_passes_every_check_and_is_what_the_solution_shows(name):
     report = ex.check(ex.reference)
     assert report.passed is True, str(report)
     assert str(report).count("✓") == len(ex.checks)
-    import inspect
     assert inspect.getsource(ex.reference) in ex.solution()
 
 
@@ -130,8 +130,12 @@ def odd_answers(ex: Exercise) -> dict:
         methods = {k: raises for k, v in vars(reference).items() if callable(v) and not k.startswith("__")}
         answers["every method raises"] = type(ex.name, (reference.__mro__[1],), methods)
         answers["the base class alone"] = type(ex.name, (reference.__mro__[1],), {"n": 0})
+        if issubclass(reference, Callback):
+            def cancel_the_fit(self):
+                raise CancelFitException
+            answers["a callback that cancels the fit"] = type(ex.name, (reference.__mro__[1],),
+                                                               {"on_train_begin": cancel_the_fit, "n": 0})
     else:
-        import inspect
         params = list(inspect.signature(reference).parameters)
         for label, body in (("raises", raises), ("gives NaN", gives_nan)):
             f = eval(f"lambda {', '.join(params)}: body({', '.join(params)})", {"body": body})
