@@ -9,7 +9,7 @@ __all__ = ['train_one_epoch_exercise', 'fit_with_validation_exercise', 'train_on
            'training_unchanged', 'modes_of_each_call', 'mean_of_batch_means', 'never_eval', 'eval_never_undone',
            'gradients_tracked']
 
-# %% ../../nbs/keys/01_bare_loop.ipynb #794db9cc
+# %% ../../nbs/keys/01_bare_loop.ipynb #4593f4bd
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,7 +19,7 @@ from ..data import DataLoaders, load_digits
 from ..exercises import (Check, Departure, Exercise, Mistake, RecordingLoader, RecordingOptimizer,
                                first_departure, first_state_departure)
 
-# %% ../../nbs/keys/01_bare_loop.ipynb #810c6c8a
+# %% ../../nbs/keys/01_bare_loop.ipynb #20bef80a
 def train_one_epoch(model, dl, opt, loss_fn) -> None:
     "One epoch of the five-line loop: for every batch, predictions, loss, gradients, a step, and clear the gradients."
     for xb, yb in dl:
@@ -28,7 +28,7 @@ def train_one_epoch(model, dl, opt, loss_fn) -> None:
         opt.step()
         opt.zero_grad()
 
-# %% ../../nbs/keys/01_bare_loop.ipynb #8c297ea2
+# %% ../../nbs/keys/01_bare_loop.ipynb #6070213d
 def digits_epoch(answer) -> tuple[RecordingLoader, RecordingOptimizer]:
     "Run `answer` for one epoch of the first 96 digits with a seeded MLP and SGD: the loader and optimizer, watched."
     x, y = load_digits()
@@ -61,7 +61,7 @@ def uses_what_it_is_given(answer) -> None:
     got, expected = regression_epoch(answer), regression_epoch(train_one_epoch)
     first_state_departure(got, expected, "after optimizer step {}", "optimizer steps")
 
-# %% ../../nbs/keys/01_bare_loop.ipynb #2381255d
+# %% ../../nbs/keys/01_bare_loop.ipynb #2e42e410
 def no_zero_grad(model, dl, opt, loss_fn):
     for xb, yb in dl:
         loss = loss_fn(model(xb), yb)
@@ -89,7 +89,7 @@ def arguments_swapped(model, dl, opt, loss_fn):
         opt.step()
         opt.zero_grad()
 
-# %% ../../nbs/keys/01_bare_loop.ipynb #3890b8db
+# %% ../../nbs/keys/01_bare_loop.ipynb #eb700a10
 train_one_epoch_exercise = Exercise(
     "train_one_epoch", "01_bare_loop", train_one_epoch,
     checks=[Check("every batch of dl is drawn once, in its order", every_batch_once),
@@ -108,7 +108,7 @@ train_one_epoch_exercise = Exercise(
            "The four lines: the loss of the predictions, `loss_fn(model(xb), yb)`; its gradients, `loss.backward()`; "
            "one step, `opt.step()`; and `opt.zero_grad()`, so that the next batch starts from no gradient."])
 
-# %% ../../nbs/keys/01_bare_loop.ipynb #047da0e0
+# %% ../../nbs/keys/01_bare_loop.ipynb #f9bfa305
 def fit_with_validation(model, dls, opt, loss_fn, n_epochs: int) -> list[float]:
     "Train `n_epochs` epochs of `dls.train`; after each, the mean loss over the items of `dls.valid`, without gradients."
     losses = []
@@ -128,7 +128,7 @@ def fit_with_validation(model, dls, opt, loss_fn, n_epochs: int) -> list[float]:
         losses.append(total / count)
     return losses
 
-# %% ../../nbs/keys/01_bare_loop.ipynb #e89d2839
+# %% ../../nbs/keys/01_bare_loop.ipynb #1bf8b34c
 def dropout_fit(answer) -> tuple[list[float], list[dict], list[tuple[bool, bool]]]:
     "Run `answer` for 2 epochs of a seeded MLP with dropout: its losses, the weights after each step, each call's modes."
     x, y = load_digits()
@@ -158,7 +158,7 @@ def modes_of_each_call(answer) -> None:
                            for training, grad in calls]
     first_departure(shown(got), shown(expected), "call {} of the model", "calls of the model")
 
-# %% ../../nbs/keys/01_bare_loop.ipynb #f93e3ee2
+# %% ../../nbs/keys/01_bare_loop.ipynb #606ff628
 def mean_of_batch_means(model, dls, opt, loss_fn, n_epochs):
     losses = []
     for epoch in range(n_epochs):
@@ -224,7 +224,7 @@ def gradients_tracked(model, dls, opt, loss_fn, n_epochs):
         losses.append(total / count)
     return losses
 
-# %% ../../nbs/keys/01_bare_loop.ipynb #22520678
+# %% ../../nbs/keys/01_bare_loop.ipynb #d68b96f9
 fit_with_validation_exercise = Exercise(
     "fit_with_validation", "01_bare_loop", fit_with_validation,
     checks=[Check("each epoch's validation loss, the mean over the validation items", validation_losses),
