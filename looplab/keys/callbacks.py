@@ -7,7 +7,7 @@ __all__ = ['CountSteps_exercise', 'CountSteps', 'CancelEveryThird', 'RefusingEng
            'compare_counts', 'plain_fit', 'cancelled_steps', 'refused_steps', 'each_fit_afresh', 'counts_every_batch',
            'counts_at_step_begin', 'never_reset', 'reads_the_learner']
 
-# %% ../../nbs/keys/02_callbacks.ipynb #ab36800a
+# %% ../../nbs/keys/02_callbacks.ipynb #efbc8370
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -18,7 +18,7 @@ from ..engine import DeviceEngine
 from ..exercises import Check, Departure, Exercise, Mistake, first_departure
 from ..learner import Learner
 
-# %% ../../nbs/keys/02_callbacks.ipynb #53e88d66
+# %% ../../nbs/keys/02_callbacks.ipynb #5f9a6b56
 #| code-fold: true
 class CountSteps(Callback):
     "Counts in `n` the optimizer steps that happened in the latest fit: `on_step_end` follows only a real step."
@@ -30,7 +30,7 @@ class CountSteps(Callback):
     def on_step_end(self):
         self.n += 1
 
-# %% ../../nbs/keys/02_callbacks.ipynb #bc483995
+# %% ../../nbs/keys/02_callbacks.ipynb #51f76f2d
 class CancelEveryThird(Callback):
     "Cancels the optimizer step of every third training batch (the 1st, 4th, ...), after the other callbacks' `on_step_begin`."
     order = 10
@@ -94,7 +94,7 @@ def refused_steps(answer) -> None:
 def each_fit_afresh(answer) -> None:
     compare_counts(answer, fits=[2, 1], uncounted=1)
 
-# %% ../../nbs/keys/02_callbacks.ipynb #649c71a6
+# %% ../../nbs/keys/02_callbacks.ipynb #bf461143
 class counts_every_batch(Callback):
     def on_train_begin(self):
         self.n = 0
@@ -119,7 +119,7 @@ class reads_the_learner(Callback):
     def on_train_end(self):
         self.n = self.learn.n_steps
 
-# %% ../../nbs/keys/02_callbacks.ipynb #e9e0c284
+# %% ../../nbs/keys/02_callbacks.ipynb #0d5167f1
 CountSteps_exercise = Exercise(
     "CountSteps", "02_callbacks", CountSteps,
     checks=[Check("n counts the steps of a plain fit (2 epochs of 6 training batches, each with 4 validation "
