@@ -19,7 +19,6 @@ from ..exercises import Check, Departure, Exercise, Mistake, first_departure
 from ..learner import Learner
 
 # %% ../../nbs/keys/02_callbacks.ipynb #5f9a6b56
-#| code-fold: true
 class CountSteps(Callback):
     "Counts in `n` the optimizer steps that happened in the latest fit: `on_step_end` follows only a real step."
     n = 0

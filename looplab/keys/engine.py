@@ -21,7 +21,6 @@ from ..exercises import Check, Exercise, Mistake, first_departure, first_state_d
 from ..learner import Learner
 
 # %% ../../nbs/keys/04_engine.ipynb #96fcc6a8
-#| code-fold: true
 class FiniteStepEngine(DeviceEngine):
     "A `DeviceEngine` that refuses (returns False, without stepping) a step whose gradients hold an inf or a NaN."
     def optimizer_step(self, loss, model, optimizer, clip_fn=None, closure=None) -> bool:

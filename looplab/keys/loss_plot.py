@@ -16,7 +16,6 @@ from ..exercises import Check, Exercise, Mistake, first_departure, first_failing
 from ..learner import Learner
 
 # %% ../../nbs/keys/05b_loss_plot.ipynb #c8a1ca4b
-#| code-fold: true
 def smooth(losses: list[float], beta: float) -> list[float]:
     "Exponential moving average of `losses`, weight `beta` on the past, debiased as Adam debiases its moments."
     avg = 0.0

@@ -18,7 +18,6 @@ from ..learner import Learner
 from ..metrics import MetricReducer
 
 # %% ../../nbs/keys/03_metrics.ipynb #d6181299
-#| code-fold: true
 class ErrorRate(MetricReducer):
     "The fraction of wrong arg-max predictions: wrong ones and items counted, divided once at the end."
     name = "error_rate"

@@ -21,7 +21,6 @@ from ..learner import Learner
 from ..schedule import ParamScheduler, Sched
 
 # %% ../../nbs/keys/07_optimizers.ipynb #2287434d
-#| code-fold: true
 class AdamW(torch.optim.Optimizer):
     "Adam with decoupled weight decay: the decay shrinks the weights directly, outside the moments, scaled by the LR."
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):

@@ -20,7 +20,6 @@ from ..learner import Learner
 from ..schedule import ParamScheduler
 
 # %% ../../nbs/keys/06_schedules.ipynb #0785c68a
-#| code-fold: true
 def warmup_cos(start: float, end: float, pct: float, pct_warm: float = 0.25) -> float:
     "Linear from 0 to `start` over the first `pct_warm` of the fit, then half a cosine from `start` to `end`."
     if pct < pct_warm:
