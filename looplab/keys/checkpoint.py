@@ -17,7 +17,7 @@ from ..callback import Callback
 from ..checkpoint import load_checkpoint, save_checkpoint
 from ..data import DataLoaders, load_digits
 from ..exercises import Check, Exercise, Mistake, first_state_departure
-from .activations import one_thread
+from .conv import one_thread
 from .regularize import ParamsAfterSteps
 from ..learner import Learner
 

@@ -16,7 +16,7 @@ from torch import nn
 from ..callback import Callback
 from ..data import DataLoaders, load_digits
 from ..exercises import Check, Exercise, Mistake, first_departure
-from .activations import one_thread
+from .conv import one_thread
 from ..learner import Learner
 
 # %% ../../nbs/keys/07d_profiler.ipynb #f656231e

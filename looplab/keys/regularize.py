@@ -13,7 +13,7 @@ from torch import nn
 from ..callback import Callback
 from ..data import DataLoaders, load_digits
 from ..exercises import Check, Exercise, Mistake, first_state_departure
-from .activations import one_thread
+from .conv import one_thread
 from ..learner import Learner
 
 # %% ../../nbs/keys/08_regularization.ipynb #bbbed20a
