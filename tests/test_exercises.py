@@ -154,15 +154,16 @@ def test_odd_answers_get_a_failing_report_never_a_crash(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_two_runs_give_the_same_report_and_leave_the_generators_as_they_were(name):
+def test_two_runs_give_the_same_report_and_leave_the_generators_and_threads_as_they_were(name):
     ex = exercise(name)
     wrong = ex.mistakes[0].answer
     torch.manual_seed(123)
     random.seed(123)
     np.random.seed(123)
     states = (torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy())
+    threads = torch.get_num_threads()
     first, second = str(ex.check(wrong)), str(ex.check(wrong))
-    assert first == second
+    assert first == second and torch.get_num_threads() == threads
     assert torch.equal(torch.get_rng_state(), states[0]) and random.getstate() == states[1]
     assert (np.random.get_state()[1] == states[2]).all()
 

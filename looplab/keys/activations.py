@@ -15,7 +15,6 @@ from torch import nn
 from ..callback import Callback
 from ..conv import conv_net, signal_dls
 from ..exercises import Check, Exercise, Mistake, first_departure
-from .conv import one_thread
 from ..learner import Learner
 
 # %% ../../nbs/keys/07c_activations.ipynb #07f4f316
@@ -47,10 +46,9 @@ def small_fit(answer, n_fits: int = 1, n_epochs: int = 2) -> tuple[object, list[
     learn = Learner(model, signal_dls(n_train=80, n_valid=40, bs=20), progress=False)
     cb = answer()
     left = []
-    with one_thread():
-        for _ in range(n_fits):
-            learn.fit(n_epochs, cbs=cb)
-            left.append(sum(len(m._forward_hooks) for m in model.modules()))
+    for _ in range(n_fits):
+        learn.fit(n_epochs, cbs=cb)
+        left.append(sum(len(m._forward_hooks) for m in model.modules()))
     return cb, left
 
 def compare_stds(got, expected) -> None:

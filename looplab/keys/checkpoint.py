@@ -17,7 +17,6 @@ from ..callback import Callback
 from ..checkpoint import load_checkpoint, save_checkpoint
 from ..data import DataLoaders, load_digits
 from ..exercises import Check, Exercise, Mistake, first_state_departure
-from .conv import one_thread
 from .regularize import ParamsAfterSteps
 from ..learner import Learner
 
@@ -57,13 +56,12 @@ def noisy_learner(answer) -> tuple[Learner, StepsRecord]:
 
 def uninterrupted(answer) -> list[dict]:
     learn, record = noisy_learner(answer)
-    with one_thread():
-        learn.fit(2)
+    learn.fit(2)
     return record.after
 
 def resumed(answer) -> list[dict]:
     "The steps of epoch 2 in a new learner loaded from a checkpoint saved after epoch 1."
-    with tempfile.TemporaryDirectory() as folder, one_thread():
+    with tempfile.TemporaryDirectory() as folder:
         today, _ = noisy_learner(answer)
         today.fit(1)
         save_checkpoint(today, Path(folder) / "run.pt")

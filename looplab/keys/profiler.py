@@ -16,7 +16,6 @@ from torch import nn
 from ..callback import Callback
 from ..data import DataLoaders, load_digits
 from ..exercises import Check, Exercise, Mistake, first_departure
-from .conv import one_thread
 from ..learner import Learner
 
 # %% ../../nbs/keys/07d_profiler.ipynb #f656231e
@@ -85,9 +84,8 @@ def ticking_fit(answer, n_fits: int = 1) -> list:
 
     learn = Learner(model, dls, loss_func=loss_func, opt_func=opt_func, progress=False)
     cb = answer(clock=clock)
-    with one_thread():
-        for _ in range(n_fits):
-            learn.fit(2, cbs=cb)
+    for _ in range(n_fits):
+        learn.fit(2, cbs=cb)
     return cb.times
 
 def forward_times(answer) -> None:

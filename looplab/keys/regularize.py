@@ -13,7 +13,6 @@ from torch import nn
 from ..callback import Callback
 from ..data import DataLoaders, load_digits
 from ..exercises import Check, Exercise, Mistake, first_state_departure
-from .conv import one_thread
 from ..learner import Learner
 
 # %% ../../nbs/keys/08_regularization.ipynb #bbbed20a
@@ -44,8 +43,7 @@ def clipped_fit(answer, max_norm: float) -> list[dict]:
     dls = DataLoaders.from_tensors(x[:160], y[:160], bs=16, valid=(x[160:200], y[160:200]))
     learn = Learner(model, dls, lr=0.5, progress=False)
     record = ParamsAfterSteps()
-    with one_thread():
-        learn.fit(1, cbs=[answer(max_norm), record])
+    learn.fit(1, cbs=[answer(max_norm), record])
     return record.after
 
 def clips_some_steps(answer) -> None:
