@@ -403,3 +403,14 @@ def test_after_stop_the_axes_fit_what_was_done_and_a_second_press_keeps_the_reas
     assert message.startswith("fit stopped by KeyboardInterrupt at epoch 1/5, after batch 20/64") and "\n" not in message
     assert plot.live.n_draws >= 1 and len(plot.losses) == 20
     assert plot.live.fig.axes[0].get_xlim() == (0, 20)  # the 20 batches done, not the 320 planned
+
+
+def test_save_gives_savefig_its_keywords_and_plot_its_own(tmp_path):
+    learn = make_learner()
+    plot = LossPlot(mode="text", file=io.StringIO())
+    learn.fit(1, cbs=plot)
+    assert Image.open(plot.save(tmp_path / "loss.png", dpi=60)).size == (7 * 60, round(3.5 * 60))
+    assert Image.open(plot.save(tmp_path / "loss80.png")).size == (7 * 80, 3.5 * 80)  # the plot's own dpi
+    with pytest.raises(TypeError, match=r"dpii=60.*did you mean 'dpi'"):
+        plot.save(tmp_path / "bad.png", dpii=60)
+    assert not (tmp_path / "bad.png").exists()
