@@ -18,6 +18,7 @@ from matplotlib.ticker import FixedLocator, LogFormatter, MaxNLocator
 
 from .checks import check_number
 from .learner import _length
+from .progress import _number
 from .recorder import Recorder, _Smoother, _from_zero
 from .widgets import FigurePlot, LivePlot, _grown_limits, _hold_batches
 
@@ -290,15 +291,15 @@ class LossPlot(LossChart, FitProgress):
     "Live chart of the training and validation losses, with a progress bar (in a notebook) or a progress line, and the time left."
     def _figures(self) -> list[str]:
         "The smoothed loss."
-        return [f"loss {self.smooth[-1]:.4f}"] if self.smooth else []
+        return [f"loss {_number(self.smooth[-1])}"] if self.smooth else []
 
     def _summary(self) -> str:
         "What the fit did, in one line."
         if not self.losses:
             return "no training batch"
-        parts = [f"{len(self.losses)} training batches in {_duration(self.time.clock() - self.time.start)}", f"loss {self.smooth[-1]:.4f}"]
+        parts = [f"{len(self.losses)} training batches in {_duration(self.time.clock() - self.time.start)}", f"loss {_number(self.smooth[-1])}"]
         if self.valid_losses:
-            parts.append(f"valid loss {self.valid_losses[-1]:.4f}")
+            parts.append(f"valid loss {_number(self.valid_losses[-1])}")
         return " · ".join(parts)
 
     def on_epoch_end(self):
@@ -324,9 +325,10 @@ class _ProgressBar:
 
     def _html(self) -> str:
         colour = {"success": "#2e7d32", "warning": "#ef6c00"}.get(self.bar_style, "#1565c0")
+        moment = "" if self.bar_style else f" · as of {time.strftime('%H:%M:%S')}, while training"  # a saved snapshot says so
         return (f'<div style="display:flex;align-items:center;gap:1em"><progress class="looplab-progress" '
                 f'value="{self.value}" max="{self.max}" style="width:16em;accent-color:{colour}"></progress>'
-                f'<span>{html.escape(self.text)}</span></div>')
+                f'<span>{html.escape(self.text)}<span style="opacity:0.6">{moment}</span></span></div>')
 
 # %% ../nbs/05b_loss_plot.ipynb #0e75af66
 def compare_runs(runs: Mapping[str, object], beta: float | None = None, log: bool = False,

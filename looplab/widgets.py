@@ -428,7 +428,8 @@ class LivePlot(LivePlotCore, Callback):
         self.throttle.start(peer.throttle if peer is not None else None)  # one budget for the fit's plots
         if widget and shown:
             self._open_controls()
-            self.live.show()  # the placeholder first, then the artists: the output opens at once
+            waiting = peer is None or peer.live is None  # one "waiting" line a fit, not one a plot
+            self.live.show("waiting for the first batch" if waiting else "")  # first, then the artists: it opens at once
         if widget:
             with rc_context(_FIXED_TITLES):
                 self.live.animate(*self._artists(self.live.fig))

@@ -414,3 +414,31 @@ def test_save_gives_savefig_its_keywords_and_plot_its_own(tmp_path):
     with pytest.raises(TypeError, match=r"dpii=60.*did you mean 'dpi'"):
         plot.save(tmp_path / "bad.png", dpii=60)
     assert not (tmp_path / "bad.png").exists()
+
+
+def test_a_bar_says_while_training_that_it_is_a_moment_and_one_plot_says_waiting(notebook_like, monkeypatch):
+    "A notebook saved mid-fit keeps the bar's last HTML: it must read as a snapshot; two plots show one waiting line."
+    from looplab.lr_plot import LRPlot
+    from looplab.loss_plot import _ProgressBar
+    monkeypatch.setattr(LossPlot, "tick_ms", 0)
+    pages, placeholders = [], []
+    bar_show = _ProgressBar.show
+    monkeypatch.setattr(_ProgressBar, "show", lambda self, *args: bar_show(self, *args) or pages.append(self._html()))
+    show = widgets.LiveFigure.show
+    monkeypatch.setattr(widgets.LiveFigure, "show", lambda self, text="waiting for the first batch":
+                        placeholders.append(text) or show(self, text))
+    make_learner().fit(1, cbs=[LossPlot(), LRPlot(sched_fn=lambda pct: 0.1)])
+    running, final = pages[:-1], pages[-1]
+    assert running and all(re.search(r"as of \d\d:\d\d:\d\d, while training</span>", page) for page in running)
+    assert "while training" not in final and "16 training batches in" in final
+    assert placeholders == ["waiting for the first batch", ""]  # the second plot's output stays empty until it draws
+
+
+def test_summaries_write_small_losses_as_the_epoch_table_does():
+    from looplab.progress import _number
+    plot = LossPlot(mode="text", file=io.StringIO())
+    make_learner().fit(1, cbs=plot)
+    plot.smooth[-1] = 3.866e-05
+    plot.valid_losses[-1] = 0.25
+    assert "loss 3.866e-05 · valid loss 0.2500" in plot._summary() and _number(3.866e-05) == "3.866e-05"
+    assert plot._figures() == ["loss 3.866e-05"]
