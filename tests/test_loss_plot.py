@@ -321,7 +321,7 @@ def test_compare_runs_bad_input():
         compare_runs({"fresh": make_learner()})
 
 
-# --- text mode: every plot, one line shared, 80 columns; and after Stop ------------------------------------------
+# --- text mode: a line each plot, 80 columns; in a log; and after Stop ------------------------------------------
 
 def terminal_parts(text: str) -> tuple[list[str], list[str]]:
     "What a terminal got: the progress lines (each rewrite of the line, blanks aside) and the finished lines."
@@ -345,18 +345,71 @@ def test_lr_plot_on_a_terminal_writes_a_progress_line_and_a_summary(always_due):
     assert finished == ["LRPlot: 32 steps, lr 0.1 → 0.00313 (between 0.00313 and 0.1)"]
 
 
-def test_two_plots_share_one_line_of_80_columns_and_finish_on_lines_of_their_own(always_due):
+class Screen:
+    "A terminal's screen, for what a FakeTerminal got: \\r, \\n and ESC[nA (up n lines) move the cursor, text overwrites."
+    def __init__(self):
+        self.rows, self.row, self.col, self.widest = [""], 0, 0, 0
+        self.seen: list[list[str]] = []  # the screen after each write
+
+    def write(self, text: str) -> None:
+        for token in re.split(r"(\r|\n|\x1b\[\d+A)", text):
+            if token == "\r":
+                self.col = 0
+            elif token == "\n":
+                self.row, self.col = self.row + 1, 0
+                self.rows += [""] * (self.row + 1 - len(self.rows))
+            elif token.startswith("\x1b["):
+                self.row -= int(token[2:-1])
+            elif token:
+                line = self.rows[self.row].ljust(self.col)
+                self.rows[self.row] = line[:self.col] + token + line[self.col + len(token):]
+                self.col += len(token)
+                self.widest = max(self.widest, self.col)
+        self.seen.append([row.rstrip() for row in self.rows])
+
+
+class ScreenTerminal(FakeTerminal):
+    def __init__(self):
+        super().__init__()
+        self.screen = Screen()
+
+    def write(self, text):
+        self.screen.write(text)
+        return super().write(text)
+
+
+def test_two_plots_have_a_line_each_and_finish_on_lines_of_their_own(always_due):
     from looplab.lr_plot import LRPlot
-    term = FakeTerminal()
+    term = ScreenTerminal()
     loss_plot = LossPlot(mode="text", file=term)
     lr_plot = LRPlot(sched_fn=lambda pct: 0.1 * (1 - pct), mode="text", file=term)
     make_learner().fit(2, cbs=[loss_plot, lr_plot])
-    progress, finished = terminal_parts(term.getvalue())
-    shared = [line for line in progress if " | step " in line]
-    assert shared and all(line.startswith("epoch ") for line in shared)  # one line, both parts, never two lines
-    assert all(len(line) <= 79 for line in progress)  # the last column would wrap
-    assert [line.split(":")[0] for line in finished] == ["LossPlot", "LRPlot"]  # one each, not written over
-    assert all(len(line) <= 80 and "…" not in line for line in finished)
+    screen = term.screen
+    both = [rows for rows in screen.seen if len(rows) >= 2 and rows[0].startswith("epoch ")
+            and rows[1].startswith("step ")]
+    assert both, screen.seen[-5:]  # the loss plot's line, and under it the LR plot's, each whole
+    assert all(re.search(r"· loss \d\.\d{4}", rows[0]) and re.search(r"· lr \d", rows[1]) for rows in both)
+    assert screen.widest <= 79  # the last column would wrap
+    finished = [row for row in screen.seen[-1] if row]
+    assert [row.split(":")[0] for row in finished] == ["LossPlot", "LRPlot"], finished  # nothing left over
+
+
+def test_in_a_log_a_fit_of_plots_writes_a_line_every_ten_seconds(monkeypatch):
+    from looplab.lr_plot import LRPlot
+    from looplab.progress import ProgressLine
+    seconds = iter(range(0, 10_000, 2))  # each read of the clock: two seconds later
+    monkeypatch.setattr(ProgressLine, "__init__", lambda self, file=None, clock=None, init=ProgressLine.__init__:
+                        init(self, file, lambda: next(seconds)))
+    log = io.StringIO()
+    learn = make_learner(progress=False)
+    learn.fit(2, cbs=[LossPlot(mode="text", file=log, every_ms=1), LRPlot(sched_fn=lambda pct: 0.1, mode="text",
+                                                                          file=log, every_ms=1)])
+    lines = log.getvalue().splitlines()
+    progress = [line for line in lines if "training batches in" not in line and not line.startswith("LRPlot: 32")]
+    assert progress and all(re.match(r"(LossPlot: epoch \d/2 · batch \d+/16|LRPlot: step \d+/32) · ", line)
+                            for line in progress), lines
+    assert {line.split(":")[0] for line in progress} == {"LossPlot", "LRPlot"}
+    assert lines[-2].startswith("LossPlot: 32 training batches in") and lines[-1].startswith("LRPlot: 32 steps")
 
 
 def test_a_long_summary_wraps_at_80_columns_and_loses_nothing():
