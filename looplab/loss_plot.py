@@ -325,10 +325,12 @@ class _ProgressBar:
 
     def _html(self) -> str:
         colour = {"success": "#2e7d32", "warning": "#ef6c00"}.get(self.bar_style, "#1565c0")
-        moment = "" if self.bar_style else f" · as of {time.strftime('%H:%M:%S')}, while training"  # a saved snapshot says so
+        moment = ""  # while training, when: a notebook saved now keeps this bar, and it must read as a snapshot
+        if not self.bar_style:
+            moment = f'<span style="opacity:0.6"> · as of {time.strftime("%H:%M:%S")}, while training</span>'
         return (f'<div style="display:flex;align-items:center;gap:1em"><progress class="looplab-progress" '
                 f'value="{self.value}" max="{self.max}" style="width:16em;accent-color:{colour}"></progress>'
-                f'<span>{html.escape(self.text)}<span style="opacity:0.6">{moment}</span></span></div>')
+                f'<span>{html.escape(self.text)}{moment}</span></div>')
 
 # %% ../nbs/05b_loss_plot.ipynb #0e75af66
 def compare_runs(runs: Mapping[str, object], beta: float | None = None, log: bool = False,
