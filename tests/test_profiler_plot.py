@@ -127,3 +127,15 @@ def test_in_a_terminal_the_progress_line_fits_80_columns_and_the_summary_wraps(m
     assert all(len(line) <= 80 for line in summary_lines)
     summary = " ".join(line.strip() for line in summary_lines)
     assert "…" not in summary and all(part in summary for part in plot._shares())  # every phase, nothing cut
+
+
+def test_in_a_notebook_it_shows_the_progress_bar_that_ends_full(monkeypatch, capsys):
+    import looplab.widgets as widgets
+    monkeypatch.setattr(widgets, "_shell", lambda: object())  # an IPython shell, for the widget code paths
+    monkeypatch.setattr(widgets, "in_notebook", lambda: True)
+    monkeypatch.delenv("IN_TEST", raising=False)
+    plot = ProfilePlot()
+    make_learner().fit(2, cbs=plot)
+    assert plot.live is not None and plot.bar is not None  # the bar above the chart, as LossPlot's
+    assert plot.bar.max == 32 and plot.bar.value == 32 and plot.bar.bar_style == "success"
+    assert plot.bar.text == plot._summary() and plot.bar.text.startswith("32 batches, ")
