@@ -198,27 +198,32 @@ def _duration(seconds: float) -> str:
 
 # %% ../nbs/05b_loss_plot.ipynb #fd8458c4
 class FitTime:
-    "Time elapsed in a fit, and time left at the pace of the batches since its first one ended (or since it resumed)."
+    "Time elapsed in a fit, and time left at the pace of the batches after its first second (from its first batch, or where it resumed)."
+    settle_s = 1.0  # the first batch, and this many seconds after it, set no pace
     def __init__(self, total: int | None, clock: Callable[[], float] = time.perf_counter):
         self.total = total  # training batches in the fit's schedule; None when the loader has no length
         self.clock = clock
         self.start = clock()
         self.first: int | None = None  # the position of the first batch this process trained
-        self._mark: tuple[int, float] | None = None  # (batches done, clock) when that first batch ended
+        self._mark: tuple[int, float] | None = None  # (batches done, clock) from which the pace counts
+        self._settled = False  # the mark moved past the first second: the pace counts from there
 
     def begin_at(self, position: int) -> None:
-        "Note, at the end of a batch, where training started: the first call counts, later ones are ignored."
+        "Note, at the end of each training batch, where the pace counts from: after the first batch, then after the first second."
         if self.first is None:
             self.first = position
             self._mark = (position + 1, self.clock())
+        elif not self._settled and self.clock() - self._mark[1] >= self.settle_s:
+            self._mark = (position + 1, self.clock())
+            self._settled = True
 
     def text(self, position: int) -> str:
-        "`m:ss elapsed`, and `· m:ss left` once the pace is known: 3 batches and half a second past the first one."
+        "`m:ss elapsed`, and `· m:ss left` once the pace is known: 3 batches and half a second past the first second."
         now = self.clock()
         out = f"{_duration(now - self.start)} elapsed"
-        if self.total is not None and self._mark is not None:
+        if self.total is not None and self._settled:
             done, seconds = position - self._mark[0], now - self._mark[1]
-            if done >= 3 and seconds >= 0.5:  # the first batch is slow (first-time costs): it sets no pace
+            if done >= 3 and seconds >= 0.5:
                 out += f" · {_duration(seconds * (self.total - position) / done)} left"
         return out
 

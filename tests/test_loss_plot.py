@@ -495,3 +495,21 @@ def test_summaries_write_small_losses_as_the_epoch_table_does():
     plot.valid_losses[-1] = 0.25
     assert "loss 3.866e-05 · valid loss 0.2500" in plot._summary() and _number(3.866e-05) == "3.866e-05"
     assert plot._figures() == ["loss 3.866e-05"]
+
+
+def test_the_first_time_left_is_within_twice_the_truth_when_the_first_second_is_slow():
+    "A fit whose first second pays for first-time costs and the plot's first pictures (4x the steady batch time)."
+    from looplab.loss_plot import FitTime
+    now = [0.0]
+    total, steady = 2000, 0.005  # 10 s of steady batches
+    timer = FitTime(total=total, clock=lambda: now[0])
+    first_left = None
+    for position in range(total):
+        now[0] += 0.3 if position == 0 else (4 * steady if now[0] < 1.3 else steady)
+        timer.begin_at(position)
+        shown = timer.text(position + 1)
+        if first_left is None and "left" in shown:
+            minutes, seconds = shown.split(" · ")[1].split()[0].split(":")
+            first_left = (int(minutes) * 60 + int(seconds), steady * (total - position - 1))
+    estimate, truth = first_left
+    assert truth / 2 <= estimate <= 2 * truth, first_left
