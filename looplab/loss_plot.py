@@ -257,7 +257,9 @@ class FitProgress(LivePlot):
             self._trained += 1
         super().on_batch_end()
         if self.bar is not None and self.learn.training and time.perf_counter() >= self._next_tick:
-            self.bar.show(self._done(), self._status())  # a small HTML update: no picture, no budget
+            status = self._status()  # None: nothing to say yet (a profiler before its first timings)
+            if status is not None:
+                self.bar.show(self._done(), status)  # a small HTML update: no picture, no budget
             self._next_tick = time.perf_counter() + self.tick_ms / 1000
 
     def on_epoch_end(self):

@@ -116,7 +116,7 @@ class ProgressCallback(_BatchLines):
 class ProgressLine:
     "The progress of a fit's plots, a line each: rewritten in place on a terminal; in a log a line every `log_every_s` s; elsewhere only finished lines."
     columns = 80  # a terminal's width: no line is longer than this
-    log_every_s = 10.0  # in a log (`_is_log`), each plot's line is written this often
+    log_every_s = 5.0  # in a log (`_is_log`), each plot's line is written this often
 
     def __init__(self, file=None, clock=time.perf_counter):
         if file is not None and not callable(getattr(file, "write", None)):

@@ -394,7 +394,7 @@ def test_two_plots_have_a_line_each_and_finish_on_lines_of_their_own(always_due)
     assert [row.split(":")[0] for row in finished] == ["LossPlot", "LRPlot"], finished  # nothing left over
 
 
-def test_in_a_log_a_fit_of_plots_writes_a_line_every_ten_seconds(monkeypatch):
+def test_in_a_log_a_fit_of_plots_writes_a_line_every_five_seconds(monkeypatch):
     from looplab.lr_plot import LRPlot
     from looplab.progress import ProgressLine
     seconds = iter(range(0, 10_000, 2))  # each read of the clock: two seconds later

@@ -134,8 +134,14 @@ def test_in_a_notebook_it_shows_the_progress_bar_that_ends_full(monkeypatch, cap
     monkeypatch.setattr(widgets, "_shell", lambda: object())  # an IPython shell, for the widget code paths
     monkeypatch.setattr(widgets, "in_notebook", lambda: True)
     monkeypatch.delenv("IN_TEST", raising=False)
+    from looplab.loss_plot import _ProgressBar
+    monkeypatch.setattr(ProfilePlot, "tick_ms", 0)  # the label at every batch, the first one too (no timings yet)
+    shown = []
+    show = _ProgressBar.show
+    monkeypatch.setattr(_ProgressBar, "show", lambda bar, *args: show(bar, *args) or shown.append(bar._html()))
     plot = ProfilePlot()
     make_learner().fit(2, cbs=plot)
     assert plot.live is not None and plot.bar is not None  # the bar above the chart, as LossPlot's
     assert plot.bar.max == 32 and plot.bar.value == 32 and plot.bar.bar_style == "success"
     assert plot.bar.text == plot._summary() and plot.bar.text.startswith("32 batches, ")
+    assert len(shown) > 2 and all("looplab-progress" in page for page in shown)  # each label as the kernel sends it
