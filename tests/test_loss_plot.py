@@ -346,7 +346,7 @@ def test_lr_plot_on_a_terminal_writes_a_progress_line_and_a_summary(always_due):
 
 
 class Screen:
-    "A terminal's screen, for what a FakeTerminal got: \\r, \\n and ESC[nA (up n lines) move the cursor, text overwrites."
+    "A terminal's screen: \\r, \\n and ESC[nA (up n lines) move the cursor, text overwrites what is there."
     def __init__(self):
         self.rows, self.row, self.col, self.widest = [""], 0, 0, 0
         self.seen: list[list[str]] = []  # the screen after each write

@@ -136,7 +136,7 @@ def test_sampler_plot_show_outside_ipython_says_what_to_do(capsys):
 def test_in_a_frontend_several_epochs_give_pictures_that_need_no_kernel(monkeypatch):
     monkeypatch.setattr(sampler_plot, "in_notebook", lambda: True)
     bundle = SamplerPlot(SequentialSampler(range(6)), n_epochs=2)._repr_mimebundle_()
-    assert list(bundle) == ["text/html"]  # IPython adds the text and the PNG; no widget, whose model dies with the kernel
+    assert list(bundle) == ["text/html"]  # IPython adds text and PNG; no widget (its model dies with the kernel)
     assert bundle["text/html"].count("<details>") == 2 and bundle["text/html"].count("<img ") == 3
     assert SamplerPlot(SequentialSampler(range(6)))._repr_mimebundle_() is None  # one epoch: nothing to select
 

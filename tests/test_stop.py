@@ -215,7 +215,7 @@ from looplab.callback import Callback
 from looplab.loss_plot import LossPlot
 
 class Ready(Callback):
-    "Says so at batch 3, then slows epoch 0's batches by `pause` s, so the presses land in training however loaded the machine."
+    "Says so at batch 3, then slows epoch 0's batches by `pause` s: the presses land in training, on any machine."
     def __init__(self, pause):
         self.pause = pause
     def on_batch_end(self):
