@@ -17,12 +17,16 @@ import warnings
 from collections import OrderedDict
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import __version__
+try:  # the version pip installed, read without importing the package face (which imports every module)
+    __version__ = metadata.version("looplab")
+except metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 # %% auto #0
 __all__ = ['FORMAT', 'FORMAT_VERSION', 'rng_state', 'set_rng_state', 'preserved_rng', 'atomic_save', 'state_digest',
