@@ -21,7 +21,7 @@ from torch import nn
 from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException, _check_owner)
-from .data import default_split_batch, set_seed
+from .data import default_split_batch
 from .engine import closure_refusal, move_optimizer_state, needs_closure
 from .errors import _as_engine, _check_learner_args, _checked_backward, _checked_call, _checked_lr
 from .inference import LearnerFiles, LearnerInference

@@ -18,7 +18,7 @@ import torch
 from .callback import Callback, CancelFitException
 from .checks import check_int, check_number
 from .files import _as_path
-from .learner import set_seed
+from .data import set_seed
 from .loss_plot import compare_runs
 
 # %% auto #0

@@ -12,9 +12,9 @@ from torch import nn
 
 from looplab.callback import Callback, CancelFitException, CancelStepException, CancelZeroGradException
 from looplab.checkpoint import load_checkpoint, save_checkpoint
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.engines import DistributedDataParallelAMPEngine, DistributedDataParallelEngine
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 from looplab.regularize import GradientAccumulation
 

@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.fp16 import MixedPrecision
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 
 from helpers import StopAt, find_cb, run_worker
 from looplab.metrics import Accuracy

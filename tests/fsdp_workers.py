@@ -14,12 +14,12 @@ from torch.distributed.tensor import DTensor
 from looplab import fsdp
 from looplab.callback import Callback, CancelFitException
 from looplab.checkpoint import load_checkpoint, save_checkpoint
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.engines import DistributedDataParallelEngine
 from looplab.fp16 import MixedPrecision
 from looplab.files import read_checkpoint
 from looplab.fsdp import FSDPEngine, bytes_per_rank, default_layers
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.regularize import GradientAccumulation, GradientClipping
 
 

@@ -9,11 +9,11 @@ import os
 import torch
 from torch import nn
 
-from looplab.data import DataLoaders, make_rings
+from looplab.data import DataLoaders, make_rings, set_seed
 from looplab.engine import AMPEngine
 from looplab.gan import FixedGANSwitcher, GANTrainer, gan_learner
 from looplab.gan_images import GAN_COLUMNS, DCGANTrainer, GANColumns
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 
 from helpers import StopAt, run_worker
 

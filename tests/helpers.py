@@ -15,8 +15,8 @@ from torch import nn
 
 from looplab.callback import Callback, CancelFitException
 from looplab.checkpoint import load_checkpoint, save_checkpoint
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 
 PNG = b"\x89PNG\r\n\x1a\n"  # the first bytes of every PNG file
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's, driven through playwright: never a browser playwright downloads

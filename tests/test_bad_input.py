@@ -11,7 +11,8 @@ from looplab.checkpoint import learner_state, load_learner_state, read_checkpoin
 from looplab.checkpoint_callback import Checkpoint
 from looplab.data import ArrayDataset, DataLoaders, EpochBatchSampler, default_split_batch, load_digits, make_rings
 from looplab.engine import AMPEngine, DeviceEngine, Engine
-from looplab.learner import Learner, Recorder, set_seed
+from looplab.data import set_seed
+from looplab.learner import Learner, Recorder
 from looplab.loss_plot import LossPlot
 from looplab.metrics import Accuracy, MeanReducer, wrap_reducer
 from looplab.resume import StatefulDistributedSampler

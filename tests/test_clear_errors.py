@@ -16,10 +16,10 @@ import looplab
 from looplab.callback import Callback
 from looplab.checkpoint import load_checkpoint, save_checkpoint
 from looplab.checks import refuses
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.engine import DeviceEngine, Engine, EngineBase
 from looplab.files import CheckpointError, read_checkpoint
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.lr_plot import LRPlot
 from looplab.monitor import SWA, SaveBestModel
 

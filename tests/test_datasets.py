@@ -15,9 +15,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from looplab.callback import CallbackError
 from looplab.checkpoint import load_checkpoint, save_checkpoint
 from looplab.checkpoint_callback import Checkpoint
-from looplab.data import DataLoaders, collate_batch, load_digits
+from looplab.data import DataLoaders, collate_batch, load_digits, set_seed
 from looplab.datasets import SeededBatchSampler, from_datasets, item_seeds, seed_item
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.resume import StatefulLoader, make_epochwise_batch_sampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -15,9 +15,9 @@ from looplab.callback import (EVENTS, Callback, CancelBackwardException, CancelB
                               CancelException, CancelFitException, CancelStepException, CancelValidateException,
                               CancelZeroGradException)
 from looplab.checkpoint import learner_state, load_learner_state
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.engine import AMPEngine, DeviceEngine, Engine
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 
 WORKER = Path(__file__).resolve().parent / "engine_worker.py"
 X, Y = load_digits()

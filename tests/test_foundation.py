@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from looplab.callback import Callback, CallbackHandler
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy, MeanReducer, as_reducers, wrap_reducer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ SCRIPT = """
 import torch
 from torch import nn
 from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 set_seed(0)
 dls = DataLoaders.from_tensors(*load_digits(), bs=64)

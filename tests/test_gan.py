@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback, CallbackError
-from looplab.data import DataLoaders, make_rings
+from looplab.data import DataLoaders, make_rings, set_seed
 from looplab.engine import AMPEngine
 from looplab.gan import (AdaptiveGANSwitcher, FixedGANSwitcher, GANLoss, GANModule, GANTrainer, gan_learner,
                          ring_scatter, wgan_crit_loss, wgan_gen_loss)
 from looplab.gan_images import DCGANTrainer, GANColumns, GANPlot, digit_grid
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.widgets import LivePlotWarning, Throttle
 
 from helpers import PNG

@@ -17,11 +17,11 @@ from helpers import PNG, StopAt
 from looplab.callback import Callback, CallbackError, CancelFitException
 from looplab.checkpoint import load_checkpoint
 from looplab.conv import conv_net, signal_dls
-from looplab.data import DataLoaders
+from looplab.data import DataLoaders, set_seed
 from looplab.distributed import launch
 from looplab.activations import ActivationPlot, ActivationStats
 from looplab.hooks import Hooks
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.widgets import LivePlotWarning, Throttle
 
 

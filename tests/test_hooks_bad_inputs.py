@@ -16,7 +16,8 @@ from looplab.activations import (ActivationPlot, ActivationStats, _panels, _samp
 from looplab.callback import Callback, CallbackError, CancelFitException
 from looplab.conv import conv_net, signal_dls
 from looplab.hooks import Hook, HookCallback, Hooks, find_modules
-from looplab.learner import Learner, set_seed
+from looplab.data import set_seed
+from looplab.learner import Learner
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the fixture is conftest's
 

@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.gan import gan_learner
 from looplab.gan_images import GANPlot, digit_grid
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.loss_plot import LossPlot
 from looplab.lr_plot import LRPlot
 from looplab.schedule import fit_one_cycle, one_cycle_scheds

@@ -26,8 +26,8 @@ SETUP = """
 import math, time
 from torch import nn
 from looplab.callback import Callback, CancelFitException
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 from looplab.loss_plot import LossPlot
 
 class StopAfter(Callback):

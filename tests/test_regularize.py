@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback, CallbackError
-from looplab.data import DataLoaders
+from looplab.data import DataLoaders, set_seed
 from looplab.engine import AMPEngine
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 from looplab.monitor import SWA, EarlyStopping, SaveBestModel, TensorBoardLogger, ablate
 from looplab.regularize import (GradientAccumulation, GradientClipping, LabelSmoothingCrossEntropy, MixUp,

@@ -170,7 +170,8 @@ def test_live_titles_held_at_a_fixed_height_are_where_matplotlib_would_place_the
     from torch import nn
     from looplab.activations import ActivationPlot
     from looplab.conv import conv_net, signal_dls
-    from looplab.learner import Learner, set_seed
+    from looplab.data import set_seed
+    from looplab.learner import Learner
     from looplab.loss_plot import LossPlot
     from looplab.lr_plot import LRPlot
     from looplab.profiler import ProfilePlot
