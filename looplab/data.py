@@ -17,7 +17,7 @@ from .checks import check_int, check_number
 
 # %% auto #0
 __all__ = ['TARGET_KEYS', 'load_digits', 'keyed_generator', 'shuffled_order', 'EpochOrder', 'EpochBatchSampler', 'ArrayDataset',
-           'collate_batch', 'DataLoaders', 'default_split_batch', 'set_seed', 'make_rings']
+           'collate_batch', 'DataLoaders', 'loader_len', 'default_split_batch', 'set_seed', 'make_rings']
 
 # %% ../nbs/01_bare_loop.ipynb #23ea2bb9
 def load_digits(flatten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -222,6 +222,14 @@ class DataLoaders:
             valid = DataLoader(ArrayDataset(x_valid, y_valid), batch_size=valid_bs or 2 * bs, shuffle=False,
                                collate_fn=collate_batch, generator=torch.Generator().manual_seed(seed))
         return cls(train, valid)
+
+# %% ../nbs/01_bare_loop.ipynb #af20605a
+def loader_len(dl) -> int | None:
+    "`len(dl)`, or None for a loader without a length (an iterable dataset, a generator)."
+    try:
+        return len(dl)
+    except TypeError:
+        return None
 
 # %% ../nbs/01_bare_loop.ipynb #a6e92a39
 def _shape(x) -> str:

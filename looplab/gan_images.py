@@ -19,7 +19,7 @@ from .callback import Callback
 from .checks import check_int
 from .gan import GANFeeder, GANTrainer, _trainer, clamp_weights
 from .gan_panels import GANAxes
-from .learner import _length
+from .data import loader_len
 from .loss_plot import FitProgress
 from .recorder import _over_ranks
 from .metrics import MeanReducer
@@ -189,7 +189,7 @@ class GANPlot(FitProgress):
         self.trainer = _trainer(self.learn)
         g = torch.Generator().manual_seed(self.seed)
         self.fixed_noise = torch.randn(self.n_samples, *self.trainer.noise_size, generator=g)
-        per_epoch = _length(self.learn.dls.train)
+        per_epoch = loader_len(self.learn.dls.train)
         self._x_end = None if per_epoch is None else self.learn.n_iter + self.learn.n_epochs * per_epoch  # the fit's end
         self._ylim = None
 

@@ -21,7 +21,7 @@ from torch import nn
 from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException, _check_owner)
-from .data import default_split_batch
+from .data import default_split_batch, loader_len
 from .engine import closure_refusal, move_optimizer_state, needs_closure
 from .errors import _as_engine, _check_learner_args, _checked_backward, _checked_call, _checked_lr
 from .inference import LearnerFiles, LearnerInference
@@ -40,13 +40,6 @@ def _as_list(cbs) -> list:
         return list(cbs)
     return [cbs]
 
-def _length(dl) -> int | None:
-    "`len(dl)`, or None for a loader without a length (an iterable dataset, a generator)."
-    try:
-        return len(dl)
-    except TypeError:
-        return None
-
 # %% ../nbs/04_learner.ipynb #0c476a99
 _PHASES = {name: (f"on_{name}_begin", f"on_{name}_end", f"on_{name}_cancel", cancel)
            for name, cancel in [("epoch", CancelEpochException), ("validate", CancelValidateException),
@@ -63,7 +56,7 @@ def _check_train_data(learn) -> None:
                         "once: every epoch after the first would be empty. Pass something that can be iterated "
                         "again: a list of batches, a torch DataLoader, DataLoaders.from_tensors(...), or an "
                         "object whose __iter__ returns a new generator each time")
-    if _length(learn.dls.train) == 0 and getattr(learn.train_order, "start_iter", 0) == 0:
+    if loader_len(learn.dls.train) == 0 and getattr(learn.train_order, "start_iter", 0) == 0:
         raise ValueError("the training dataloader dls.train is empty (0 batches): check the dataset's length "
                          "and that batch_size is not larger than the dataset with drop_last=True")
 
@@ -364,7 +357,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
         order = self.train_order
         if order is not None:
             order.set_epoch(self.epoch)
-        self.epoch_len = _length(self.dls.train)  # before set_start_iter: the whole epoch's length
+        self.epoch_len = loader_len(self.dls.train)  # before set_start_iter: the whole epoch's length
         if order is not None and first_iter:
             order.set_start_iter(first_iter)
         if resume is not None and first_iter == 0:

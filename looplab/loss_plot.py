@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogFormatter, MaxNLocator
 
 from .checks import check_number
-from .learner import _length
+from .data import loader_len
 from .recorder import Recorder, _Smoother, _from_zero
 from .widgets import FigurePlot, LivePlot, _grown_limits, _hold_batches
 
@@ -117,7 +117,7 @@ class _LossRecord(LivePlot):
         self._first = len(_attached_recorder(self.learn, self).losses)  # batches of earlier fits are not drawn
         self._beta = self.beta if self.beta is not None else self.learn.recorder.fits[-1][1]
         self._clear()
-        self._per_epoch = _length(self.learn.dls.train)
+        self._per_epoch = loader_len(self.learn.dls.train)
         self._total = None if self._per_epoch is None else self.learn.n_epochs * self._per_epoch
 
     def _collect(self) -> None:
@@ -228,7 +228,7 @@ class FitProgress(LivePlot):
     tick_ms = 250
 
     def on_train_begin(self):
-        self._per_epoch = _length(self.learn.dls.train)
+        self._per_epoch = loader_len(self.learn.dls.train)
         self._total = None if self._per_epoch is None else self.learn.n_epochs * self._per_epoch
         self.time = FitTime(self._total)
         self._epochs_done = 0

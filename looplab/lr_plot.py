@@ -11,7 +11,7 @@ from typing import Callable
 from matplotlib.figure import Figure
 
 from .checks import check_int
-from .learner import _length
+from .data import loader_len
 from .loss_plot import _few_ticks, _frame, _log_y
 from .recorder import group_momentum
 from .schedule import dry_run_scheduler
@@ -136,7 +136,7 @@ class LRPlot(LRPlan):
 
     def _begin(self) -> None:
         learn = self.learn
-        per_epoch = _length(learn.dls.train)
+        per_epoch = loader_len(learn.dls.train)
         self._fit_steps = None if per_epoch is None else learn.n_epochs * per_epoch
         has_plan = self.sched_fn is not None or self.mom_fn is not None or self.scheduler is not None
         if has_plan and not any(self.planned.values()):

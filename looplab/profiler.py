@@ -20,7 +20,7 @@ from matplotlib.patches import Polygon
 
 from .callback import EVENTS, Callback
 from .checks import check_int
-from .learner import _length
+from .data import loader_len
 from .loss_plot import _frame
 from .widgets import LivePlot, _hold_batches
 
@@ -419,7 +419,7 @@ class ProfilePlot(Profiler, _PhaseChart):
             _PhaseChart.on_train_end(self)
 
     def _begin(self) -> None:
-        per_epoch = _length(self.learn.dls.train)
+        per_epoch = loader_len(self.learn.dls.train)
         self._total = None if per_epoch is None else per_epoch * self.learn.n_epochs
         self._ylim = None
 
@@ -474,7 +474,7 @@ class TorchTrace(Callback):
     def on_train_begin(self):
         _check_no_other_trace()
         _check_trace_folder(self.folder)
-        per_epoch = _length(self.learn.dls.train)
+        per_epoch = loader_len(self.learn.dls.train)
         total = None if per_epoch is None else per_epoch * self.learn.n_epochs
         if total is not None and self.skip >= total:
             raise ValueError(f"TorchTrace(skip={self.skip}) would skip every batch of this fit ({total} training "
