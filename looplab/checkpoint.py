@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .files import (FORMAT, FORMAT_VERSION, CheckpointError, _as_path, atomic_save, read_checkpoint,
+from .files import (FORMAT, FORMAT_VERSION, CheckpointError, as_path, atomic_save, read_checkpoint,
                            rng_state, set_rng_state, state_digest, write_checkpoint)
 from .run_state import learner_state, load_learner_state, unsaved_callback_tensors, _check_fits
 
@@ -31,7 +31,7 @@ def _check_can_resume_mid_epoch(learn, what: str) -> None:
 # %% ../nbs/12_checkpoint.ipynb #4f522a15
 def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> Path:
     "Write `learner_state(learn)` to `path` (on the master process only); the file it replaces becomes `path.prev`."
-    path = _as_path(path)
+    path = as_path(path)
     if learn._mid_batch:
         raise ValueError(f"save_checkpoint refuses to write {str(path)!r} in the middle of training batch {learn.iter} "
                          f"of epoch {learn.epoch}: its step and zero_grad have not all run, so a run resumed from the "
@@ -52,7 +52,7 @@ def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> P
 # %% ../nbs/12_checkpoint.ipynb #12aaab7b
 def load_checkpoint(learn, path: str | os.PathLike) -> dict:
     "Load `path` into `learn`, so that its next `fit` continues exactly; return the header, with `resumes_at`."
-    path = _as_path(path)
+    path = as_path(path)
     if learn._where != "idle":
         raise RuntimeError(f"load_checkpoint({str(path)!r}) was called while the learner runs (in its {learn._where} "
                            "part, from a callback): the loop would go on from where it stands, not from the file. "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from .callback import Callback
-from .checkpoint import _as_path, _check_can_resume_mid_epoch, save_checkpoint
+from .checkpoint import as_path, _check_can_resume_mid_epoch, save_checkpoint
 
 # %% auto #0
 __all__ = ['Checkpoint']
@@ -28,7 +28,7 @@ class Checkpoint(Callback):
                 raise TypeError(f"{name} must be True or False, got {value!r}")
         if every_n_batches is None and not at_epoch_end:
             raise ValueError("this Checkpoint would never save: give every_n_batches, or at_epoch_end=True")
-        self.path = _as_path(path)
+        self.path = as_path(path)
         self.every_n_batches = every_n_batches
         self.at_epoch_end = at_epoch_end
         self.keep_prev = keep_prev

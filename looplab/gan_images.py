@@ -23,7 +23,7 @@ from .data import loader_len
 from .loss_plot import FitProgress
 from .recorder import _over_ranks
 from .metrics import MeanReducer
-from .widgets import _grown_limits
+from .widgets import grown_limits
 
 # %% auto #0
 __all__ = ['GAN_COLUMNS', 'SCORE_COLUMNS', 'DCGANTrainer', 'TrainingMean', 'GANColumns', 'digit_grid', 'GANPlot']
@@ -144,7 +144,7 @@ def _grow_loss_axes(panels: GANAxes, ylim: tuple[float, float] | None, x_end: in
     losses = np.concatenate([line.get_ydata() for line in panels.lines])
     losses = losses[np.isfinite(losses)]
     if len(losses):
-        ylim = _grown_limits(ylim, float(losses.min()), float(losses.max()))
+        ylim = grown_limits(ylim, float(losses.min()), float(losses.max()))
         panels.ax_loss.set_ylim(*ylim)
     if x_end is None or n_iter > x_end:  # a loader of unknown length: double
         x_end = 2 ** math.ceil(math.log2(max(n_iter, 16)))

@@ -23,7 +23,7 @@ from .callback import (Callback, CallbackHandler, CancelBackwardException, Cance
                               CancelValidateException, CancelZeroGradException, _check_owner)
 from .data import default_split_batch, loader_len
 from .engine import closure_refusal, move_optimizer_state, needs_closure
-from .errors import _as_engine, _check_learner_args, _checked_backward, _checked_call, _checked_lr
+from .errors import as_engine, check_learner_args, checked_backward, checked_call, _checked_lr
 from .inference import LearnerFiles, LearnerInference
 from .metrics import as_reducers
 from .recorder import ProgressCallback, Recorder
@@ -169,9 +169,9 @@ class LearnerBase:
     def __init__(self, model: nn.Module, dls, loss_func: Callable = nn.functional.cross_entropy,
                  opt_func: Callable = torch.optim.SGD, lr: float = 0.1, cbs=None, metrics=None, engine=None,
                  split_batch: Callable = default_split_batch, progress: bool | ProgressCallback = True):
-        _check_learner_args(model, dls, progress, loss_func=loss_func, opt_func=opt_func, split_batch=split_batch)
+        check_learner_args(model, dls, progress, loss_func=loss_func, opt_func=opt_func, split_batch=split_batch)
         self.model = model
-        self.engine = _as_engine(engine)
+        self.engine = as_engine(engine)
         self.dls = self.engine.prepare_dls(dls)  # a DDP engine gives each rank its shard
         self.loss_func = loss_func
         self.opt_func = opt_func
@@ -436,12 +436,12 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
         if self.training:
             self.engine.before_forward(self.model, self.sync_grads)  # DDP: sync this batch's gradients or not
         with self.engine.autocast():
-            self.preds = _checked_call(self, "the model", self.model, self.xb)
+            self.preds = checked_call(self, "the model", self.model, self.xb)
             self.cbh("on_loss_begin")
-            self.loss_grad = _checked_call(self, "loss_func", self.loss_func, self.yb, preds=self.preds)
+            self.loss_grad = checked_call(self, "loss_func", self.loss_func, self.yb, preds=self.preds)
 
     def _backward(self) -> None:
-        _checked_backward(self, self.engine.backward_loss, self.loss_grad, self.model, self.opt, self.sync_grads)
+        checked_backward(self, self.engine.backward_loss, self.loss_grad, self.model, self.opt, self.sync_grads)
 
     def _step(self) -> None:
         self.step_skipped = not _optimizer_step(self)

@@ -19,10 +19,10 @@ from matplotlib.ticker import FixedLocator, LogFormatter, MaxNLocator
 from .checks import check_number
 from .data import loader_len
 from .recorder import Recorder, _Smoother, _from_zero
-from .widgets import FigurePlot, LivePlot, _grown_limits, _hold_batches
+from .widgets import FigurePlot, LivePlot, grown_limits, hold_batches
 
 # %% auto #0
-__all__ = ['LossChart', 'FitTime', 'FitProgress', 'LossPlot', 'compare_runs']
+__all__ = ['log_y', 'few_ticks', 'frame_figure', 'LossChart', 'FitTime', 'FitProgress', 'LossPlot', 'compare_runs']
 
 # %% ../nbs/05b_loss_plot.ipynb #a7e3f1c2
 class _PlainLogFormatter(LogFormatter):
@@ -31,13 +31,13 @@ class _PlainLogFormatter(LogFormatter):
         label = super().__call__(x, pos)  # '' where the tick stays unlabelled
         return label and self.fix_minus(f"{x:g}")
 
-def _log_y(ax) -> None:
+def log_y(ax) -> None:
     "A log-scale y axis with narrow tick labels."
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(_PlainLogFormatter())
     ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))  # labels between decades on a short axis
 
-def _few_ticks(ax, y_ticks: list[float] | None = None) -> None:
+def few_ticks(ax, y_ticks: list[float] | None = None) -> None:
     "Three to five ticks an axis (the y axis's at `y_ticks` if given), at round numbers: each is five artists and a label."
     ax.xaxis.set_major_locator(MaxNLocator(4, integer=True, steps=[1, 2, 2.5, 5, 10]))  # 0, 2500, 5000, 7500
     if y_ticks is not None:
@@ -45,7 +45,7 @@ def _few_ticks(ax, y_ticks: list[float] | None = None) -> None:
     elif ax.get_yscale() == "linear":  # a log axis keeps its decades
         ax.yaxis.set_major_locator(MaxNLocator(4, steps=[1, 2, 5, 10]))  # 0, 0.1, 0.2: no 0.025 to read
 
-def _frame(fig: Figure, left: float = 0.9, wspace: float = 0.35) -> None:
+def frame_figure(fig: Figure, left: float = 0.9, wspace: float = 0.35) -> None:
     "Fixed margins (`left` in inches); each axes' legend in rows above it, under its title; room at the top for both."
     width, height = fig.get_size_inches()
     fig.subplots_adjust(left=left / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.35 / height,
@@ -79,9 +79,9 @@ def _loss_axes(fig: Figure, beta: float, log: bool, n_batches: int | None) -> li
     ax.set_ylabel("loss")
     ax.set_xlim(0, n_batches or 16)
     if log:
-        _log_y(ax)
-    _few_ticks(ax)
-    _frame(fig)
+        log_y(ax)
+    few_ticks(ax)
+    frame_figure(fig)
     return [raw, smooth, valid]
 
 # %% ../nbs/05b_loss_plot.ipynb #02158fa3
@@ -169,12 +169,12 @@ class LossChart(_LossRecord):
         lines[2].set_marker("o" if len(self.valid_losses) <= 40 else "")  # hundreds of dots would hide the curves
         held = [v for v in self._finite + self.smooth if math.isfinite(v) and (v > 0 or not self.log)]  # all curves
         if held:
-            self._ylim = _grown_limits(self._ylim if grow else None, min(held), max(held), self.log)
+            self._ylim = grown_limits(self._ylim if grow else None, min(held), max(held), self.log)
             ax.set_ylim(*self._ylim)
         if not grow:  # the final picture, or plot(): the x axis holds what was done (a stopped fit: no empty tail)
             ax.set_xlim(0, max(len(self.losses), 1))
         elif self._total is None:
-            _hold_batches([ax], len(self.losses))
+            hold_batches([ax], len(self.losses))
 
 # %% ../nbs/05b_loss_plot.ipynb #3ceec5d4
 def _attached_recorder(learn, plot) -> Recorder:
@@ -362,8 +362,8 @@ def compare_runs(runs: Mapping[str, object], beta: float | None = None, log: boo
     for ax, key in zip(axes, panels):
         ax.set_ylabel(key.replace("_", " "))
         if log and key in ("train_loss", "valid_loss"):
-            _log_y(ax)
-    _frame(fig, left=0.75, wspace=0.45)  # the runs' legend above the first panel, off the curves
+            log_y(ax)
+    frame_figure(fig, left=0.75, wspace=0.45)  # the runs' legend above the first panel, off the curves
     return fig
 
 # %% ../nbs/05b_loss_plot.ipynb #ccd20a1b

@@ -17,7 +17,7 @@ import torch
 
 from .callback import Callback, CancelFitException
 from .checks import check_int, check_number
-from .files import _as_path
+from .files import as_path
 from .data import set_seed
 from .loss_plot import compare_runs
 
@@ -116,7 +116,7 @@ class SaveBestModel(MonitorCallback):
     def __init__(self, monitor: str = "valid_loss", mode: str = "auto", min_delta: float = 0.0,
                  path: str | Path | None = None):
         super().__init__(monitor, mode, min_delta)
-        self.path = None if path is None else _as_path(path)  # `~` expanded; a folder refused now, not after an epoch
+        self.path = None if path is None else as_path(path)  # `~` expanded; a folder refused now, not after an epoch
         self.best_epoch = None
         self.weights: dict[str, torch.Tensor] = {}
 

@@ -21,8 +21,8 @@ from matplotlib.patches import Polygon
 from .callback import EVENTS, Callback
 from .checks import check_int
 from .data import loader_len
-from .loss_plot import _frame
-from .widgets import LivePlot, _hold_batches
+from .loss_plot import frame_figure
+from .widgets import LivePlot, hold_batches
 
 # %% auto #0
 __all__ = ['PHASES', 'DEVICE_PHASES', 'Profiler', 'ProfilePlot', 'TorchTrace']
@@ -347,7 +347,7 @@ class _PhaseChart(LivePlot):
         ax.set_xlabel("training batch")
         ax.set_ylabel("ms per batch")
         ax.set_xlim(0, self._total or max(self.n_batches, 16))
-        _frame(fig)  # the legend above the axes, off the data
+        frame_figure(fig)  # the legend above the axes, off the data
         return [*bands, peaks]
 
     def _fill(self, fig: Figure, artists: list, grow: bool) -> None:
@@ -366,7 +366,7 @@ class _PhaseChart(LivePlot):
         artists[-1].set_data((edges[:-1] + edges[1:])[above] / 2, np.full(above.sum(), self._ylim[1]))
         if not grow:  # the final picture: the batches done (a stopped fit has no empty tail)
             ax.set_xlim(0, max(n, 1))
-        _hold_batches([ax], n)
+        hold_batches([ax], n)
 
     def _status(self) -> str | None:
         "The batch and the largest phases, as many as fit a terminal's 79 columns (the summary gives them all)."

@@ -17,7 +17,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from .checks import check_int
-from .widgets import FigurePlot, _png, _shell, in_notebook
+from .widgets import FigurePlot, png_bytes, ipython_shell, in_notebook
 
 # %% auto #0
 __all__ = ['served', 'SamplerPlot']
@@ -154,9 +154,9 @@ def _epoch_selector(plot: SamplerPlot):
 
     def redraw(change):
         epoch = None if change["new"] == -1 else change["new"]
-        show(_png(plot.plot(epoch)))
+        show(png_bytes(plot.plot(epoch)))
 
-    show(_png(plot.plot()))
+    show(png_bytes(plot.plot()))
     selector.observe(redraw, names="value")
     return ipywidgets.VBox([selector, picture])
 
@@ -211,7 +211,7 @@ class SamplerPlot(FigurePlot):
 
     def show(self) -> None:
         "Display the plot as a cell that ends with it does; outside IPython, say what to do instead."
-        if _shell() is None:
+        if ipython_shell() is None:
             print("SamplerPlot: no notebook to show the figure in; use .save(path)", file=sys.stderr)
             return
         from IPython.display import display

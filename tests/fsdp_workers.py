@@ -235,7 +235,7 @@ def broken_targets_and_shards(tmp):
     out["full disk"] = _attempt(lambda: save_checkpoint(learn, path))
     dcp.FileSystemWriter.write_data = write
     out["after full disk"] = _listing(learn, tmp)
-    for case, rank, name in (("rank 1's target", 1, "_writable_path"), ("rank 0's commit", 0, "write_checkpoint")):
+    for case, rank, name in (("rank 1's target", 1, "writable_path"), ("rank 0's commit", 0, "write_checkpoint")):
         kept = getattr(fsdp, name)
         if learn.engine.rank == rank:  # a failure on one rank only: its own disk, its own permissions
             def fails(*args, **kwargs):

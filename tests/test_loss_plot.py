@@ -51,7 +51,7 @@ def always_due(monkeypatch):
 @pytest.fixture
 def notebook_like(monkeypatch):
     "Make looplab.widgets believe it runs in a notebook with a frontend (widgets are created, display prints)."
-    monkeypatch.setattr(widgets, "_shell", lambda: FakeShell())
+    monkeypatch.setattr(widgets, "ipython_shell", lambda: FakeShell())
     monkeypatch.setattr(widgets, "in_notebook", lambda: True)
     monkeypatch.delenv("IN_TEST", raising=False)
 

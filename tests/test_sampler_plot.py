@@ -13,7 +13,7 @@ from torch.utils.data import DistributedSampler as TorchDistributedSampler  # to
 import looplab.sampler_plot as sampler_plot
 from looplab.resume import make_epochwise_batch_sampler
 from looplab.sampler_plot import SamplerPlot, served
-from looplab.widgets import _png
+from looplab.widgets import png_bytes
 
 from helpers import PNG, run
 
@@ -177,7 +177,7 @@ def test_the_png_is_figsize_times_dpi_and_keeps_its_size_across_epochs(kind, n_r
         assert width <= sampler_plot._MAX_WIDTH
     else:
         assert (width, height) == (figsize[0] * dpi, figsize[1] * dpi)
-    sizes = {sampler_plot._png_size(_png(plot.plot(epoch))) for epoch in [None, 0, 1, 2]}
+    sizes = {sampler_plot._png_size(png_bytes(plot.plot(epoch))) for epoch in [None, 0, 1, 2]}
     assert len(sizes) == 1  # one size, whichever epoch is shown
     (png_width, png_height), = sizes  # matplotlib before 3.8 truncates a fractional pixel: 227.99... gives 227
     assert abs(png_width - width) < 1 and abs(png_height - height) < 1, (sizes, width, height)
@@ -189,9 +189,9 @@ def test_the_selector_shows_each_picture_at_its_natural_size(monkeypatch):
     shown = []
     for value in [-1, 0, 2, -1]:
         selector.value = value
-        assert picture.value == _png(plot.plot(None if value == -1 else value))
+        assert picture.value == png_bytes(plot.plot(None if value == -1 else value))
         shown.append((picture.width, picture.height))
-    png_width, png_height = sampler_plot._png_size(_png(plot.plot()))
+    png_width, png_height = sampler_plot._png_size(png_bytes(plot.plot()))
     assert shown == [(str(png_width), str(png_height))] * 4  # the img's own size: a VBox does not stretch it
 
 
