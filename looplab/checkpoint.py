@@ -8,25 +8,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .checks import check_mid_epoch
 from .files import (FORMAT, FORMAT_VERSION, CheckpointError, as_path, atomic_save, read_checkpoint,
                            rng_state, set_rng_state, state_digest, write_checkpoint)
-from .run_state import learner_state, load_learner_state, unsaved_callback_tensors, _check_fits
+from .run_state import learner_state, load_learner_state, unsaved_callback_tensors, check_fits
 
 # %% auto #0
 __all__ = ['save_checkpoint', 'load_checkpoint']
-
-# %% ../nbs/12_checkpoint.ipynb #e72d860f
-def _check_can_resume_mid_epoch(learn, what: str) -> None:
-    "Refuse `what` (a mid-epoch save) when `dls.train` could not continue from it, naming loaders that can."
-    order = learn.train_order
-    if hasattr(order, "set_start_iter") or isinstance(learn.dls.train, (list, tuple)):
-        return
-    raise ValueError(f"{what}: dls.train ({type(learn.dls.train).__name__}) cannot restart in the middle of an "
-                     "epoch, so that checkpoint could never be loaded. Build the training loader with "
-                     "looplab.datasets.from_datasets (your Dataset, with workers and reproducible augmentations) or "
-                     "DataLoaders.from_tensors, or use a resumable loader (a batch sampler with set_epoch and "
-                     "set_start_iter, or a loader with state_dict/load_state_dict such as torchdata's "
-                     "StatefulDataLoader); or save at epoch ends only, e.g. Checkpoint(path, at_epoch_end=True)")
 
 # %% ../nbs/12_checkpoint.ipynb #4f522a15
 def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> Path:
@@ -43,9 +31,8 @@ def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> P
                          "so the file would lose them. Fit first (the run continues, and saves as it goes), or copy "
                          "the file that was loaded")
     epoch, batch = learn.position
-    if batch:
-        _check_can_resume_mid_epoch(learn, f"save_checkpoint refuses to write {str(path)!r} after batch {batch} of "
-                                           f"epoch {epoch}")
+    check_mid_epoch(not batch or learn.can_start_mid_epoch, f"save_checkpoint refuses to write {str(path)!r} after "
+                    f"batch {batch} of epoch {epoch}", learn.dls.train, saving=True)
     learn.engine.save_checkpoint(learner_state(learn), path, keep_prev)
     return path
 
@@ -65,7 +52,7 @@ def load_checkpoint(learn, path: str | os.PathLike) -> dict:
                               "the Checkpoint callback write runs that load_checkpoint resumes; nothing was loaded")
     errors = (ValueError, RuntimeError, KeyError, TypeError)
     try:
-        _check_fits(learn, ckpt["state"])
+        check_fits(learn, ckpt["state"])
     except errors as e:
         raise CheckpointError(f"checkpoint {str(path)!r} does not fit this learner ({type(e).__name__}: {e}); "
                               "nothing was loaded") from e

@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
+from .checks import check_int
 from .data import DataLoaders
 from .engine import AMPEngine, DeviceEngine, Engine
 from .sampler_chain import make_batch_sampler
@@ -172,10 +173,8 @@ class ShardedBatchSampler:
             if not callable(getattr(batch_sampler, name, None)):
                 raise TypeError(f"ShardedBatchSampler needs a resumable batch sampler (with {name}), such as "
                                 f"looplab.data.EpochBatchSampler; got {type(batch_sampler).__name__}")
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-            raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
+        check_int("world_size", world_size, 1)
+        check_int("rank", rank, 0, world_size - 1)
         bs = getattr(batch_sampler, "bs", None)
         if bs is not None and bs % world_size:
             suggestion = bs - bs % world_size or world_size

@@ -5,7 +5,6 @@
 # %% ../nbs/04_errors.ipynb #c12013af
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 from torch import nn
@@ -18,14 +17,6 @@ from .recorder import ProgressCallback
 __all__ = ['as_engine', 'check_learner_args', 'checked_call', 'checked_backward']
 
 # %% ../nbs/04_errors.ipynb #54246720
-def _checked_lr(lr) -> float:
-    "`lr` if it is a finite number > 0; a TypeError or ValueError naming it otherwise."
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
-        raise TypeError(f"lr must be a number, got {lr!r} of type {type(lr).__name__}")
-    if not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    return lr
-
 def as_engine(engine):
     "`engine` if it is an Engine, the default DeviceEngine for None; a TypeError otherwise."
     if engine is None:

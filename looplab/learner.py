@@ -23,7 +23,8 @@ from .callback import (Callback, CallbackHandler, CancelBackwardException, Cance
                               CancelValidateException, CancelZeroGradException, _check_owner)
 from .data import default_split_batch, loader_len
 from .engine import closure_refusal, move_optimizer_state, needs_closure
-from .errors import as_engine, check_learner_args, checked_backward, checked_call, _checked_lr
+from .checks import check_int, check_lr, check_mid_epoch
+from .errors import as_engine, check_learner_args, checked_backward, checked_call
 from .inference import LearnerFiles, LearnerInference
 from .metrics import as_reducers
 from .recorder import ProgressCallback, Recorder
@@ -72,7 +73,7 @@ def _prepare_opts(learn, lr: float | None) -> None:
         if refusal is not None:
             raise ValueError(refusal)
     if lr is not None:
-        learn.lr = _checked_lr(lr)
+        learn.lr = check_lr(lr)
         for opt in learn.opts.values():  # every optimizer: a GAN's generator and critic alike
             for group in opt.param_groups:
                 group["lr"] = lr
@@ -176,7 +177,7 @@ class LearnerBase:
         self.loss_func = loss_func
         self.opt_func = opt_func
         self.split_batch = split_batch
-        self.lr = _checked_lr(lr)
+        self.lr = check_lr(lr)
         self.metrics = as_reducers(metrics)
         self.opts: dict[str, torch.optim.Optimizer] = {}
         self.opt = None
@@ -257,12 +258,8 @@ class LearnerBase:
 
     def resume_at(self, epoch: int, batch: int, restore: Callable[[], None]) -> None:
         "Make the next `fit` start at `batch` of `epoch`, calling `restore()` where the loop stood when paused."
-        if batch and not self.can_start_mid_epoch:
-            raise ValueError(f"this run paused in the middle of epoch {epoch} (after batch {batch}), but "
-                             "dls.train cannot start mid-epoch: build it with DataLoaders.from_tensors, give it a "
-                             "batch sampler with set_epoch and set_start_iter (e.g. looplab.data.EpochBatchSampler), "
-                             "or wrap a loader that saves its own position (torchdata's StatefulDataLoader) in "
-                             "looplab.resume.StatefulLoader")
+        check_mid_epoch(not batch or self.can_start_mid_epoch,
+                        f"this run paused in the middle of epoch {epoch} (after batch {batch})", self.dls.train)
         self._idle_position = (epoch, batch)
         self._resume = (epoch, batch, restore)
 
@@ -309,8 +306,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
     "A model, its data, loss function, optimizers and engine; `fit` trains them, calling the callbacks at every event."
     def fit(self, n_epochs: int, lr: float | None = None, cbs=None) -> None:
         "Train for `n_epochs` epochs (at LR `lr` if given); `cbs` are attached for this call only."
-        if isinstance(n_epochs, bool) or not isinstance(n_epochs, int) or n_epochs < 0:
-            raise ValueError(f"n_epochs must be an int >= 0, got {n_epochs!r}")
+        check_int("n_epochs", n_epochs, 0)
         _check_train_data(self)
         fit_cbs = _as_list(cbs)
         self.cbh.add(*fit_cbs)  # all of them, or none if one is refused

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .checks import check_int
-from .sampler_chain import DistributedSampler, SeekableBatchSampler, _check_bool, sampler_of
+from .checks import check_bool, check_int
+from .sampler_chain import DistributedSampler, SeekableBatchSampler, sampler_of
 from .samplers import (MASK64, ReproducibleShuffleSampler, ShuffledOrder, as_layer, check_sampler_state,
                               EpochLayer, EpochOrders)
 
@@ -119,8 +119,8 @@ class StatefulDistributedSampler(EpochLayer):
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.seed = check_int("seed", seed, 0, MASK64)
         self.num_replicas, self.rank = _replicas_and_rank(num_replicas, rank)
-        self.drop_last = _check_bool("drop_last", drop_last)
-        self.shuffle = _check_bool("shuffle", shuffle)
+        self.drop_last = check_bool("drop_last", drop_last)
+        self.shuffle = check_bool("shuffle", shuffle)
         self._n, self.num_samples = _part_size(dataset, self.num_replicas, drop_last)
         self._orders = EpochOrders(permutation, self.num_samples, self.seed)
         self.epoch = 0

@@ -10,10 +10,11 @@ import warnings
 import torch
 
 from .callback import Callback
+from .checks import check_mid_epoch
 from .files import rng_state, set_rng_state
 
 # %% auto #0
-__all__ = ['learner_state', 'unsaved_callback_tensors', 'load_learner_state', 'optimizer_mismatch']
+__all__ = ['learner_state', 'unsaved_callback_tensors', 'load_learner_state', 'optimizer_mismatch', 'check_fits']
 
 # %% ../nbs/03d_run_state.ipynb #c5a749c3
 def learner_state(learn, warn: bool = True) -> dict:
@@ -92,7 +93,7 @@ def unsaved_callback_tensors(learn) -> dict[str, list[str]]:
 # %% ../nbs/03d_run_state.ipynb #c2b833a0
 def load_learner_state(learn, state: dict, now: bool = False) -> None:
     "Load `learner_state`'s result into `learn`: its next `fit(n_epochs)` continues exactly there (or, `now`, all of it at once)."
-    _check_fits(learn, state, now)
+    check_fits(learn, state, now)
     loop = state["loop"]
     saved_callbacks = state["callbacks"]
 
@@ -144,7 +145,7 @@ def optimizer_mismatch(optimizer, state: dict) -> str | None:
     return None
 
 # %% ../nbs/03d_run_state.ipynb #94502cc1
-def _check_fits(learn, state: dict, now: bool = False) -> None:
+def check_fits(learn, state: dict, now: bool = False) -> None:
     "Raise a ValueError naming the first part of `state` that does not fit `learn` (the model before its optimizers); change nothing."
     kind = state["engine"]["kind"]
     if kind != type(learn.engine).__name__ or set(state["engine"]["state"]) != set(learn.engine.state_dict()):
@@ -169,11 +170,8 @@ def _check_fits(learn, state: dict, now: bool = False) -> None:
             raise ValueError(f"the saved learn.opts[{name!r}] does not fit this learner's: {problem}; build the learner "
                              "with the same opt_func as the run that was saved")
     epoch, batch = state["loop"]["epoch"], state["loop"]["iter"]
-    if batch and not now and not learn.can_start_mid_epoch:
-        raise ValueError(f"this state was taken in the middle of epoch {epoch} (after batch {batch}), but dls.train "
-                         "cannot start mid-epoch: build it with DataLoaders.from_tensors, give it a batch sampler "
-                         "with set_epoch and set_start_iter (e.g. looplab.data.EpochBatchSampler), or wrap a loader "
-                         "that saves its own position in looplab.resume.StatefulLoader")
+    check_mid_epoch(not batch or now or learn.can_start_mid_epoch,
+                    f"this state was taken in the middle of epoch {epoch} (after batch {batch})", learn.dls.train)
     if state["data_order"] is not None and not hasattr(learn.train_order, "load_state_dict"):
         raise ValueError("the state records a training data order, but dls.train has no sampler with "
                          "load_state_dict to restore it into: build it with DataLoaders.from_tensors, or give "

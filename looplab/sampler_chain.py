@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 from torch.utils.data import Sampler
 
-from .checks import check_int
+from .checks import check_bool, check_int
 from .samplers import (MASK64, ReproducibleShuffleSampler, SamplerLayer, ShuffledOrder, as_layer,
                               check_sampler_state, missing_method)
 
@@ -189,7 +189,7 @@ class SeekableBatchSampler(_ScaledLayer):
 
     def __init__(self, sampler, batch_size: int, drop_last: bool = False):
         self.batch_size = check_int("batch_size", batch_size, 1)
-        self.drop_last = _check_bool("drop_last", drop_last)
+        self.drop_last = check_bool("drop_last", drop_last)
         self._inner = as_layer(sampler, False, type(self).__name__)
         self._start_layer()
 
@@ -230,13 +230,6 @@ class SeekableBatchSampler(_ScaledLayer):
 
     def _config(self) -> dict:
         return {"batch_size": self.batch_size, "drop_last": int(self.drop_last)}
-
-# %% ../nbs/11a_sampler_chain.ipynb #b4cb8803
-def _check_bool(name: str, value) -> bool:
-    "`value` if it is a bool; a TypeError naming `name` otherwise (1 and 'yes' are surely mistakes)."
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool (True or False), got {value!r} of type {type(value).__name__}")
-    return value
 
 # %% ../nbs/11a_sampler_chain.ipynb #aa0edae6
 class SkipSampler(SamplerLayer):

@@ -368,10 +368,13 @@ def test_not_a_checkpoint_and_missing_files(tmp_path):
 def test_checkpoint_arguments_are_checked(tmp_path):
     with pytest.raises(TypeError, match="path must be a str or os.PathLike, got None"):
         Checkpoint(None)
-    for bad in (0, -3, 1.5, True, "4"):
-        with pytest.raises(ValueError, match=f"every_n_batches must be None or an int >= 1, got {bad!r}"):
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match=f"every_n_batches must be an int >= 1, got {bad!r}"):
             Checkpoint(tmp_path / "c.pt", every_n_batches=bad)
-    with pytest.raises(TypeError, match="keep_prev must be True or False, got 1"):
+    for bad in (1.5, True, "4"):
+        with pytest.raises(TypeError, match=f"every_n_batches must be an int, got {bad!r}"):
+            Checkpoint(tmp_path / "c.pt", every_n_batches=bad)
+    with pytest.raises(TypeError, match="keep_prev must be a bool \\(True or False\\), got 1"):
         Checkpoint(tmp_path / "c.pt", keep_prev=1)
     with pytest.raises(ValueError, match="never save"):
         Checkpoint(tmp_path / "c.pt", every_n_batches=None, at_epoch_end=False)

@@ -78,7 +78,7 @@ def test_plain_loader_refuses_every_n_batches_before_the_first_batch(tmp_path):
         lrn.fit(1)
     message = str(info.value.__cause__)
     assert isinstance(info.value.__cause__, ValueError)
-    for fragment in ("every_n_batches=5", "cannot restart in the middle of an epoch", "looplab.datasets.from_datasets",
+    for fragment in ("every_n_batches=5", "cannot start in the middle of an epoch", "looplab.datasets.from_datasets",
                      "from_tensors", "StatefulDataLoader"):
         assert fragment in message, message
     assert lrn.n_iter == 0 and not path.exists() and list(tmp_path.iterdir()) == []
