@@ -10,7 +10,7 @@ import warnings
 import torch
 
 from .callback import Callback
-from .checks import check_mid_epoch
+from .checks import check_mid_epoch, check_optimizer_names, check_same_model
 from .files import rng_state, set_rng_state
 
 # %% auto #0
@@ -153,17 +153,10 @@ def check_fits(learn, state: dict, now: bool = False) -> None:
                          f"this learner runs {learn.engine!r} with state {sorted(learn.engine.state_dict())}: "
                          "build the learner with the same kind of engine")
     mine = learn.engine.unwrap_model(learn.model).state_dict()
-    for key in [*state["model"], *mine]:
-        if key not in mine or key not in state["model"]:
-            where = "this model" if key not in mine else "the saved model"
-            raise ValueError(f"the saved model and this model differ: {key!r} is missing from {where}")
-        if state["model"][key].shape != mine[key].shape:
-            raise ValueError(f"the saved model and this model differ at {key!r}: saved shape "
-                             f"{tuple(state['model'][key].shape)}, this model's {tuple(mine[key].shape)}")
+    check_same_model(state["model"], mine, "the state")
     names = sorted(learn.opts) if learn.opts else ["main"]  # without optimizers, create_opt will make "main"
-    if sorted(state["optimizers"]) != names and not (now and not state["optimizers"]):
-        raise ValueError(f"the state has optimizers {sorted(state['optimizers'])} but this learner has "
-                         f"{names}: create the same optimizers (learn.opts) before loading")
+    if not (now and not state["optimizers"]):  # a state taken before the first fit has no optimizer yet
+        check_optimizer_names(state["optimizers"], names, "the state")
     for name, opt in learn.opts.items():
         problem = optimizer_mismatch(opt, state["optimizers"].get(name, {}))
         if problem and not (now and not state["optimizers"]):

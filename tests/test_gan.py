@@ -147,13 +147,19 @@ def test_gan_under_amp_bfloat16_runs():
 
 
 def test_bad_input_is_a_clear_error():
-    for bad in (0, -3, 1.5, True):
-        with pytest.raises(ValueError, match=rf"n_crit must be an int >= 1.*got {bad!r}"):
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match=rf"n_crit must be an int >= 1, got {bad!r}"):
+            FixedGANSwitcher(n_crit=bad)
+    for bad in (1.5, True, "2"):  # a wrong type is a TypeError, as every check_int says
+        with pytest.raises(TypeError, match=rf"n_crit must be an int, got {bad!r}"):
             FixedGANSwitcher(n_crit=bad)
     with pytest.raises(ValueError, match="n_gen must be"):
         FixedGANSwitcher(n_gen=0)
     learn = ring_learner(switcher=FixedGANSwitcher(lambda n_g: 0, 1), n=256)
-    with pytest.raises(CallbackError, match=r"n_crit\(0\) must return an int >= 1, got 0"):
+    with pytest.raises(CallbackError, match=r"n_crit\(0\) must be an int >= 1, got 0"):
+        learn.fit(1)
+    learn = ring_learner(switcher=FixedGANSwitcher(1, lambda n_c: 1.0), n=256)
+    with pytest.raises(CallbackError, match=r"n_gen\(\d+\) must be an int, got 1.0 of type float"):
         learn.fit(1)
     learn = ring_learner(critic=nn.Linear(2, 3), n=256)
     with pytest.raises(ValueError, match=r"one score per item.*\(64, 3\)"):
