@@ -65,14 +65,3 @@ def load_checkpoint(learn, path: str | os.PathLike) -> dict:
                               "the learner may be partly loaded: build it again before loading another "
                               "checkpoint") from e
     return {**ckpt["header"], "resumes_at": dict(ckpt["state"]["loop"])}  # epoch, iter (the batch), n_iter, n_steps
-
-# %% ../nbs/12_checkpoint.ipynb #2d7833fb
-_MOVED = {"Checkpoint": "looplab.checkpoint_callback"}  # a name that lived here: the module it lives in now
-
-def __getattr__(name: str):
-    "An old import path, `from looplab.checkpoint import Checkpoint`, served from the name's new module."
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module 'looplab.checkpoint' has no attribute {name!r}")
-

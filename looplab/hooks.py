@@ -207,13 +207,3 @@ class HookCallback(Callback):
         if self.hooks is not None:
             self.hooks.remove()
             self.hooks = None
-
-# %% ../nbs/07b_hooks.ipynb #3c5bcb75
-_MOVED = {name: "looplab.activations" for name in ("ActivationStats", "ActivationPlot", "activation_row")}
-
-def __getattr__(name: str):
-    "An old import path, `from looplab.hooks import ActivationStats`, served from the name's new module."
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module 'looplab.hooks' has no attribute {name!r}")

@@ -464,10 +464,7 @@ def test_the_kits_callbacks_give_no_unsaved_tensor_warning_but_a_users_does(tmp_
     assert len(named) == 1 and "KeepsTensor (last)" in named[0] and "GradientClipping" not in named[0]
 
 
-def test_load_checkpoint_says_where_the_run_resumes_and_the_old_import_path_works(tmp_path):
-    from looplab.checkpoint import Checkpoint as OldPath
-
-    assert OldPath is Checkpoint
+def test_load_checkpoint_says_where_the_run_resumes(tmp_path):
     learn = build_learner(tmp_path / "c.pt", save_at=[7])
     learn.fit(1)
     resumed = build_learner(tmp_path / "c.pt")

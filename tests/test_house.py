@@ -89,3 +89,12 @@ def test_no_module_imports_the_package_face():
     "The face (`__init__`) imports every module, so a module that imports from it would be an arrow back up."
     assert imports_the_package_face(PACKAGE / "__init__.py") is False  # the check itself: the face imports modules
     assert not [name for name, path in MODULES.items() if imports_the_package_face(path)]
+
+
+def test_no_module_serves_names_from_another_by_a_lazy_door():
+    "A module-level `__getattr__` that fetches a name from a later module reaches back at run time: none is left."
+    lazy = [name for name, path in MODULES.items()
+            if any(isinstance(node, ast.FunctionDef) and node.name == "__getattr__" for node in ast.parse(path.read_text()).body)]
+    assert not lazy, f"{lazy} serve old import paths; import the names from their own modules"
+    with pytest.raises(ImportError, match="Checkpoint"):
+        from looplab.checkpoint import Checkpoint  # noqa: F401 (its home is looplab.checkpoint_callback)
