@@ -7,6 +7,13 @@ import torch
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+@pytest.fixture
+def always_due(monkeypatch):
+    "Every throttle is due at every batch: what a live plot draws does not depend on how fast this machine draws."
+    from looplab.widgets import Throttle
+    monkeypatch.setattr(Throttle, "due", lambda self: True)
+
+
 class Terminated(KeyboardInterrupt):
     "SIGTERM, raised as Ctrl-C's KeyboardInterrupt is, so that pytest ends the run the same way."
 

@@ -1,11 +1,8 @@
 "GAN training (looplab.gan, looplab.gan_images): freezing, switchers, mode coverage, resume in a new process, AMP."
 import io
 import math
-import os
 import random
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +19,7 @@ from looplab.gan_images import DCGANTrainer, GANColumns, GANPlot, digit_grid
 from looplab.learner import Learner
 from looplab.widgets import LivePlotWarning, Throttle
 
-from helpers import PNG
+from helpers import PNG, run_worker
 
 WORKER = Path(__file__).with_name("gan_worker.py")
 
@@ -268,20 +265,12 @@ def test_gan_plot_bad_input():
         learn.fit(1)
 
 
-def run_worker(out, *args, mode="alternate"):
-    cmd = [sys.executable, str(WORKER), str(out), *map(str, args)]
-    env = {**os.environ, "GAN_MODE": mode}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return torch.load(out, weights_only=True)
-
-
 @pytest.mark.parametrize("mode", ["alternate", "dcgan"])
 def test_gan_run_checkpointed_mid_run_resumes_bit_for_bit_in_a_new_process(tmp_path, mode):
     stop_at = random.Random().randint(2, 30)  # 16 batches per epoch, 2 epochs
-    whole = run_worker(tmp_path / "whole.pt", mode=mode)
-    run_worker(tmp_path / "stopped.pt", "--stop-at", stop_at, "--ckpt", tmp_path / "ckpt.pt", mode=mode)
-    resumed = run_worker(tmp_path / "resumed.pt", "--resume", tmp_path / "ckpt.pt", mode=mode)
+    whole = run_worker(WORKER, tmp_path / "whole.pt", env={"GAN_MODE": mode})
+    run_worker(WORKER, tmp_path / "stopped.pt", "--stop-at", stop_at, "--ckpt", tmp_path / "ckpt.pt", env={"GAN_MODE": mode})
+    resumed = run_worker(WORKER, tmp_path / "resumed.pt", "--resume", tmp_path / "ckpt.pt", env={"GAN_MODE": mode})
     where = f"{mode}, stopped after batch {stop_at}"
     assert all(torch.equal(a, b) for a, b in zip(whole["params"], resumed["params"])), where
     for name in ("generator", "critic"):

@@ -16,7 +16,7 @@ from looplab.data import DataLoaders
 from looplab.loss_plot import LossPlot, compare_runs
 from looplab.metrics import Accuracy
 from looplab.recorder import Recorder, smooth, smoothing_beta
-from looplab.widgets import LivePlotWarning, Throttle
+from looplab.widgets import LivePlotWarning
 
 from helpers import PNG, make_dls, make_learner
 
@@ -40,12 +40,6 @@ class FakeTerminal(io.StringIO):
 
 class FakeShell:
     "Stands for an IPython shell, so that the widget code paths run; IPython's display prints outside a kernel."
-
-
-@pytest.fixture
-def always_due(monkeypatch):
-    "Make every throttle due at every batch: the tests then do not depend on how fast this machine draws."
-    monkeypatch.setattr(Throttle, "due", lambda self: True)
 
 
 @pytest.fixture
