@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from .checks import check_int
-from .data import DataLoaders
+from .data import DataLoaders, DataOrder
 from .engine import AMPEngine, DeviceEngine, Engine
 from .sampler_chain import make_batch_sampler
 
@@ -169,10 +169,12 @@ class ProcessGroupEngine(DeviceEngine):
 class ShardedBatchSampler:
     "Rank `rank` of `world_size` takes items rank, rank + world_size, ... of each global batch of `batch_sampler`."
     def __init__(self, batch_sampler, rank: int, world_size: int):
-        for name in ("set_epoch", "set_start_iter", "state_dict", "load_state_dict"):
-            if not callable(getattr(batch_sampler, name, None)):
-                raise TypeError(f"ShardedBatchSampler needs a resumable batch sampler (with {name}), such as "
-                                f"looplab.data.EpochBatchSampler; got {type(batch_sampler).__name__}")
+        if not isinstance(batch_sampler, DataOrder):
+            missing = [name for name in ("set_epoch", "set_start_iter", "state_dict", "load_state_dict")
+                       if not callable(getattr(batch_sampler, name, None))]
+            raise TypeError(f"ShardedBatchSampler needs a batch sampler that follows looplab.data.DataOrder (it lacks "
+                            f"{', '.join(missing)}), such as looplab.data.EpochBatchSampler; got "
+                            f"{type(batch_sampler).__name__}")
         check_int("world_size", world_size, 1)
         check_int("rank", rank, 0, world_size - 1)
         bs = getattr(batch_sampler, "bs", None)
