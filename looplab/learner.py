@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -132,9 +133,11 @@ def _stop_between_batches(learn):
         if learn._stop_asked:
             raise KeyboardInterrupt  # a second press: stop now, wherever the loop is
         learn._stop_asked = True
+    handler = signal.getsignal(signal.SIGINT)  # Python's, or `_press_after_stop` after a stop earlier in this cell
     own = (threading.current_thread() is threading.main_thread() and learn.engine.world_size == 1
-           and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-    previous = signal.signal(signal.SIGINT, ask) if own else None
+           and handler in (signal.default_int_handler, _press_after_stop))
+    if own:
+        signal.signal(signal.SIGINT, ask)
     try:
         yield
         if learn._stop_asked and learn.stopped is None:  # pressed in on_train_end, after the epochs
@@ -145,8 +148,45 @@ def _stop_between_batches(learn):
             learn.stopped = _stop_line(learn, interrupt)
     finally:
         learn._stop_asked = False  # validate() after this fit must not stop
-        if own:
-            signal.signal(signal.SIGINT, previous)
+        if own and not (learn.stopped is not None and _hold_presses()):
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# %% ../nbs/04_learner.ipynb #777c61ea
+def _stop_error(line: str) -> KeyboardInterrupt:
+    "The KeyboardInterrupt a stopped fit raises: IPython shows `line` alone; `%tb` shows the whole traceback."
+    error = KeyboardInterrupt(line)
+    shown = []  # renderings so far: the first is the cell's output
+
+    def render() -> list[str]:
+        shown.append(True)
+        if len(shown) == 1:
+            return [f"{line} (%tb shows the traceback)"]
+        shell = _ipython()
+        return shell.InteractiveTB.structured_traceback(type(error), error, error.__traceback__)
+    error._render_traceback_ = render  # on the instance: IPython asks `hasattr(value, "_render_traceback_")`
+    return error
+
+def _ipython():
+    "The running IPython shell, or None (a script that never imported IPython)."
+    ipython = sys.modules.get("IPython")
+    return None if ipython is None else ipython.get_ipython()
+
+def _press_after_stop(signum, frame) -> None:
+    "SIGINT's handler from a stop until IPython has shown its line: a second press adds nothing."
+
+def _hold_presses() -> bool:
+    "After a stop, in IPython: ignore presses until the cell has ended, then Python's handler again; False elsewhere."
+    shell = _ipython()
+    if shell is None:
+        return False
+    signal.signal(signal.SIGINT, _press_after_stop)
+
+    def release(result=None) -> None:
+        shell.events.unregister("post_run_cell", release)
+        if signal.getsignal(signal.SIGINT) is _press_after_stop:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    shell.events.register("post_run_cell", release)
+    return True
 
 # %% ../nbs/04_learner.ipynb #9c600ed9
 def _position(learn) -> tuple[int, int]:
@@ -345,7 +385,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
         finally:
             self.cbh.remove(*[cb for cb in fit_cbs if any(cb is c for c in self.cbh.cbs)])
         if self.stopped is not None:  # an interrupt stopped the fit, and every `finally` above has run
-            raise KeyboardInterrupt(self.stopped) from None  # one line, not the traceback through the loop
+            raise _stop_error(self.stopped) from None  # one line, not the traceback through the loop
 
     def _do_epoch(self, first_iter: int, resume) -> None:
         self._where = "train"

@@ -18,6 +18,7 @@ from matplotlib.ticker import FixedLocator, LogFormatter, MaxNLocator
 
 from .checks import check_number
 from .data import loader_len
+from .progress import _number
 from .recorder import Recorder, _Smoother, _from_zero
 from .widgets import FigurePlot, LivePlot, grown_limits, hold_batches
 
@@ -197,27 +198,32 @@ def _duration(seconds: float) -> str:
 
 # %% ../nbs/05b_loss_plot.ipynb #fd8458c4
 class FitTime:
-    "Time elapsed in a fit, and time left at the pace of the batches since its first one ended (or since it resumed)."
+    "Time elapsed in a fit, and time left at the pace of the batches after its first second (from its first batch, or where it resumed)."
+    settle_s = 1.0  # the first batch, and this many seconds after it, set no pace
     def __init__(self, total: int | None, clock: Callable[[], float] = time.perf_counter):
         self.total = total  # training batches in the fit's schedule; None when the loader has no length
         self.clock = clock
         self.start = clock()
         self.first: int | None = None  # the position of the first batch this process trained
-        self._mark: tuple[int, float] | None = None  # (batches done, clock) when that first batch ended
+        self._mark: tuple[int, float] | None = None  # (batches done, clock) from which the pace counts
+        self._settled = False  # the mark moved past the first second: the pace counts from there
 
     def begin_at(self, position: int) -> None:
-        "Note, at the end of a batch, where training started: the first call counts, later ones are ignored."
+        "Note, at the end of each training batch, where the pace counts from: after the first batch, then after the first second."
         if self.first is None:
             self.first = position
             self._mark = (position + 1, self.clock())
+        elif not self._settled and self.clock() - self._mark[1] >= self.settle_s:
+            self._mark = (position + 1, self.clock())
+            self._settled = True
 
     def text(self, position: int) -> str:
-        "`m:ss elapsed`, and `· m:ss left` once the pace is known: 3 batches and half a second past the first one."
+        "`m:ss elapsed`, and `· m:ss left` once the pace is known: 3 batches and half a second past the first second."
         now = self.clock()
         out = f"{_duration(now - self.start)} elapsed"
-        if self.total is not None and self._mark is not None:
+        if self.total is not None and self._settled:
             done, seconds = position - self._mark[0], now - self._mark[1]
-            if done >= 3 and seconds >= 0.5:  # the first batch is slow (first-time costs): it sets no pace
+            if done >= 3 and seconds >= 0.5:
                 out += f" · {_duration(seconds * (self.total - position) / done)} left"
         return out
 
@@ -251,7 +257,9 @@ class FitProgress(LivePlot):
             self._trained += 1
         super().on_batch_end()
         if self.bar is not None and self.learn.training and time.perf_counter() >= self._next_tick:
-            self.bar.show(self._done(), self._status())  # a small HTML update: no picture, no budget
+            status = self._status()  # None: nothing to say yet (a profiler before its first timings)
+            if status is not None:
+                self.bar.show(self._done(), status)  # a small HTML update: no picture, no budget
             self._next_tick = time.perf_counter() + self.tick_ms / 1000
 
     def on_epoch_end(self):
@@ -290,15 +298,15 @@ class LossPlot(LossChart, FitProgress):
     "Live chart of the training and validation losses, with a progress bar (in a notebook) or a progress line, and the time left."
     def _figures(self) -> list[str]:
         "The smoothed loss."
-        return [f"loss {self.smooth[-1]:.4f}"] if self.smooth else []
+        return [f"loss {_number(self.smooth[-1])}"] if self.smooth else []
 
     def _summary(self) -> str:
         "What the fit did, in one line."
         if not self.losses:
             return "no training batch"
-        parts = [f"{len(self.losses)} training batches in {_duration(self.time.clock() - self.time.start)}", f"loss {self.smooth[-1]:.4f}"]
+        parts = [f"{len(self.losses)} training batches in {_duration(self.time.clock() - self.time.start)}", f"loss {_number(self.smooth[-1])}"]
         if self.valid_losses:
-            parts.append(f"valid loss {self.valid_losses[-1]:.4f}")
+            parts.append(f"valid loss {_number(self.valid_losses[-1])}")
         return " · ".join(parts)
 
     def on_epoch_end(self):
@@ -324,9 +332,12 @@ class _ProgressBar:
 
     def _html(self) -> str:
         colour = {"success": "#2e7d32", "warning": "#ef6c00"}.get(self.bar_style, "#1565c0")
+        moment = ""  # while training, when: a notebook saved now keeps this bar, and it must read as a snapshot
+        if not self.bar_style:
+            moment = f'<span style="opacity:0.6"> · as of {time.strftime("%H:%M:%S")}, while training</span>'
         return (f'<div style="display:flex;align-items:center;gap:1em"><progress class="looplab-progress" '
                 f'value="{self.value}" max="{self.max}" style="width:16em;accent-color:{colour}"></progress>'
-                f'<span>{html.escape(self.text)}</span></div>')
+                f'<span>{html.escape(self.text)}{moment}</span></div>')
 
 # %% ../nbs/05b_loss_plot.ipynb #0e75af66
 def compare_runs(runs: Mapping[str, object], beta: float | None = None, log: bool = False,

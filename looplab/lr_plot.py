@@ -77,7 +77,7 @@ class LRPlan(LivePlot):
     def __init__(self, sched_fn: Callable[[float], float] | None = None, scheduler: Callable | None = None,
                  mom_fn: Callable[[float], float] | None = None, n_steps: int | None = None, opt=None,
                  log: bool = False, every_ms: float = 250, max_overhead: float = 0.1, mode: str = "auto",
-                 figsize: tuple[float, float] = (9.0, 3.2), dpi: int = 80, file=None):
+                 figsize: tuple[float, float] = (7.0, 3.2), dpi: int = 80, file=None):
         for name, fn in (("sched_fn", sched_fn), ("scheduler", scheduler), ("mom_fn", mom_fn)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be a function, got {fn!r}")

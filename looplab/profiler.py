@@ -21,8 +21,8 @@ from matplotlib.patches import Polygon
 from .callback import EVENTS, Callback
 from .checks import check_int
 from .data import loader_len
-from .loss_plot import frame_figure
-from .widgets import LivePlot, hold_batches
+from .loss_plot import FitProgress, frame_figure
+from .widgets import hold_batches
 
 # %% auto #0
 __all__ = ['PHASES', 'DEVICE_PHASES', 'Profiler', 'ProfilePlot', 'TorchTrace']
@@ -333,8 +333,8 @@ def _stack(bands: list, x: np.ndarray, heights: list[np.ndarray]) -> np.ndarray:
     return bottom
 
 # %% ../nbs/07d_profiler.ipynb #fd81bf80
-class _PhaseChart(LivePlot):
-    "The drawing of ProfilePlot: each phase a band, stacked, over windows of training batches."
+class _PhaseChart(FitProgress):
+    "The drawing of ProfilePlot: each phase a band, stacked, over windows of training batches; in a notebook the progress bar above it."
     colors = {"data": "C0", "forward": "C1", "loss": "C4", "backward": "C3", "step": "C2", "zero_grad": "C8",
               "callbacks": "C6", "plot drawing": "C5", "loop": "C7"}
 

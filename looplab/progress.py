@@ -114,16 +114,19 @@ class ProgressCallback(_BatchLines):
 
 # %% ../nbs/03a_progress.ipynb #9dff5bfa
 class ProgressLine:
-    "One line of progress, shared by the plots of a fit: rewritten in place on a terminal; elsewhere only finished lines are written."
+    "The progress of a fit's plots, a line each: rewritten in place on a terminal; in a log a line every `log_every_s` s; elsewhere only finished lines."
     columns = 80  # a terminal's width: no line is longer than this
+    log_every_s = 5.0  # in a log (`_is_log`), each plot's line is written this often
 
-    def __init__(self, file=None):
+    def __init__(self, file=None, clock=time.perf_counter):
         if file is not None and not callable(getattr(file, "write", None)):
             raise TypeError(f"file must be None (standard output) or an open text file, e.g. sys.stderr or "
                             f"open('log.txt', 'w'); got {file!r} of type {type(file).__name__}")
         self.file = file  # None means sys.stdout at the time of writing
-        self.parts: dict = {}  # writer -> its text: the plots of one fit share the line, each with its part
-        self._width = 0  # how many characters the line on screen has
+        self.parts: dict = {}  # writer -> its text: the plots of one fit share the lines, each with its own
+        self.clock = clock
+        self._widths: list[int] = []  # the lines on screen, and how many characters each has
+        self._logged: float | None = None  # when the log was last written (or the first part came)
 
     def _out(self):
         return self.file or sys.stdout
@@ -133,30 +136,51 @@ class ProgressLine:
         return bool(isatty and isatty())
 
     def update(self, text: str, key=None) -> None:
-        "Show `text` as `key`'s part of the line (on a terminal; elsewhere nothing)."
+        "Show `text` as `key`'s line (on a terminal; in a log now and then; elsewhere nothing)."
         self.parts[key] = text
         if not self._tty():
+            self._log()
             return
-        line = _fit(" | ".join(self.parts.values()), self.columns - 1)  # the last column would wrap
+        lines = [_fit(part, self.columns - 1) for part in self.parts.values()]  # the last column would wrap
+        widths = self._widths + [0] * (len(lines) - len(self._widths))
         out = self._out()
-        out.write("\r" + line.ljust(self._width))
+        out.write(_up(len(self._widths)) + "\r" + "\n".join(line.ljust(w) for line, w in zip(lines, widths)))
         out.flush()
-        self._width = len(line)
+        self._widths = [len(line) for line in lines]
+
+    def _log(self) -> None:
+        "In a log, every `log_every_s` seconds: each part as a finished line, with the name of its plot."
+        if not _is_log(self._out()):
+            return
+        now = self.clock()
+        if self._logged is None:
+            self._logged = now
+        if now - self._logged < self.log_every_s:
+            return
+        self._logged = now
+        for key, text in self.parts.items():
+            name = "" if key is None else f"{type(key).__name__}: "
+            print(textwrap.fill(name + text, self.columns, subsequent_indent="  "), file=self._out(), flush=True)
 
     def clear(self) -> None:
-        "Blank the current line (on a terminal), so that other output starts at its beginning."
-        if not self._tty() or self._width == 0:
+        "Blank the lines (on a terminal), so that other output starts at the beginning of the first."
+        if not self._tty() or not self._widths:
             return
         out = self._out()
-        out.write("\r" + " " * self._width + "\r")
+        out.write(_up(len(self._widths)) + "\r" + "\n".join(" " * w for w in self._widths)
+                  + _up(len(self._widths)) + "\r")
         out.flush()
-        self._width = 0
+        self._widths = []
 
     def finish(self, text: str, key=None) -> None:
-        "Write `text` as finished lines, wrapped at the width (nothing cut), and drop `key`'s part of the progress line."
+        "Write `text` as finished lines, wrapped at the width (nothing cut), and drop `key`'s line of progress."
         self.clear()
         self.parts.pop(key, None)
         print(textwrap.fill(text, self.columns, subsequent_indent="  "), file=self._out(), flush=True)
+
+def _up(n_lines: int) -> str:
+    "The terminal's code that moves the cursor from the last of `n_lines` lines up to the first."
+    return f"\x1b[{n_lines - 1}A" if n_lines > 1 else ""
 
 def _fit(text: str, width: int) -> str:
     "`text`, cut to `width` characters with an ellipsis if longer."

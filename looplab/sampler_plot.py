@@ -5,6 +5,8 @@
 # %% ../nbs/11d_sampler_plot.ipynb #803d9688
 from __future__ import annotations
 
+import base64
+import html
 import struct
 import sys
 from itertools import islice
@@ -133,32 +135,28 @@ def _grid_order(fig: Figure, steps: list, epochs: list[int], faded: Callable[[in
     fig.suptitle("Order of the dataset indices, per epoch" + (f" (skipped: faded, {skip} steps)" if skip else ""))
 
 # %% ../nbs/11d_sampler_plot.ipynb #9f96def5
-_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"  # the mime type of a widget in a notebook's outputs
+_MAX_FOLDS = 8  # epochs shown one at a time under the picture of all; a longer run's are plot(epoch) away
 
 def _png_size(png: bytes) -> tuple[int, int]:
     "A PNG's width and height in pixels, from its IHDR chunk (the first of every PNG)."
     width, height = struct.unpack(">II", png[16:24])
     return width, height
 
-def _epoch_selector(plot: SamplerPlot):
-    "A selector of the epoch above the picture of `plot`, redrawn when the selection changes."
-    import ipywidgets
-    choices = [("all epochs", -1)] + [(f"epoch {e}", e) for e in range(plot.n_epochs)]
-    selector = ipywidgets.Dropdown(options=choices, value=-1, description="show")
-    picture = ipywidgets.Image(format="png")
+def _img(png: bytes, alt: str) -> str:
+    "An HTML <img> of `png`, in the page itself (a data: URL), at its natural size."
+    width, height = _png_size(png)
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" width="{width}" height="{height}" alt="{html.escape(alt)}">'
 
-    def show(png: bytes) -> None:
-        "Put `png` in the picture at its natural size: a VBox would stretch an image without one to its width."
-        width, height = _png_size(png)
-        picture.value, picture.width, picture.height = png, str(width), str(height)
-
-    def redraw(change):
-        epoch = None if change["new"] == -1 else change["new"]
-        show(png_bytes(plot.plot(epoch)))
-
-    show(png_bytes(plot.plot()))
-    selector.observe(redraw, names="value")
-    return ipywidgets.VBox([selector, picture])
+def _epoch_folds(plot: SamplerPlot) -> str:
+    "HTML: the picture of every epoch, then each epoch's picture in a closed <details> of its own; no kernel needed."
+    parts = [_img(png_bytes(plot.plot()), "every epoch")]
+    for epoch in range(min(plot.n_epochs, _MAX_FOLDS)):
+        picture = _img(png_bytes(plot.plot(epoch)), f"epoch {epoch}")
+        parts.append(f"<details><summary>epoch {epoch} alone</summary>{picture}</details>")
+    if plot.n_epochs > _MAX_FOLDS:
+        parts.append(f"<p>the first {_MAX_FOLDS} of {plot.n_epochs} epochs; plot(epoch) draws any of them</p>")
+    return "<div>" + "".join(parts) + "</div>"
 
 # %% ../nbs/11d_sampler_plot.ipynb #43f46367
 _MAX_WIDTH = 840  # px: about a notebook's output width (JupyterLab, the book); a wider picture is scaled, its text soft
@@ -203,11 +201,10 @@ class SamplerPlot(FigurePlot):
         return fig
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict | None:
-        "In a notebook with a frontend, and several epochs: the picture under a selector of the epoch; else the PNG."
+        "In a notebook with a frontend, and several epochs: the picture of all, and each epoch in a fold; else the PNG."
         if not in_notebook() or self.n_epochs == 1:
             return None  # IPython falls back to FigurePlot._repr_png_
-        bundle = _epoch_selector(self)._repr_mimebundle_()
-        return {_WIDGET_VIEW: bundle[_WIDGET_VIEW]}  # IPython adds the PNG, for a viewer without widgets (GitHub)
+        return {"text/html": _epoch_folds(self)}  # IPython adds the PNG, for a viewer that shows no HTML
 
     def show(self) -> None:
         "Display the plot as a cell that ends with it does; outside IPython, say what to do instead."

@@ -5,7 +5,9 @@
 # %% ../nbs/05_live_plots.ipynb #fcfbc6f5
 from __future__ import annotations
 
+import difflib
 import html
+import inspect
 import io
 import math
 import os
@@ -236,6 +238,9 @@ class ShownFigure(Figure):
     def _repr_png_(self) -> bytes:
         return png_bytes(self)
 
+_SAVEFIG = ("dpi", "format", "metadata", "bbox_inches", "pad_inches", "facecolor", "edgecolor", "backend",
+            "orientation", "transparent", "bbox_extra_artists", "pil_kwargs")  # matplotlib's Figure.savefig keywords
+
 class FigurePlot:
     "A plot drawn on demand by `plot()`; `save(path)` writes it, and a notebook cell ending with it shows it as a PNG."
     empty_hint = "give it something to draw first"  # what to do when there is nothing to plot yet
@@ -263,9 +268,17 @@ class FigurePlot:
         raise NotImplementedError(f"{type(self).__name__} must define plot()")
 
     def save(self, path: str | Path, **kwargs) -> Path:
-        "Write `plot(**kwargs)` to `path` (PNG, SVG or PDF, from the extension)."
+        "Write the plot to `path` (PNG, SVG or PDF, from the extension): matplotlib's savefig keywords (`dpi=60`) go to savefig, the rest to `plot()`."
         path = Path(path)
-        self.plot(**kwargs).savefig(path)
+        savefig = {key: kwargs.pop(key) for key in list(kwargs) if key in _SAVEFIG}
+        takes = inspect.signature(self.plot).parameters
+        unknown = [key for key in kwargs if key not in takes]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], [*_SAVEFIG, *takes], n=1)
+            raise TypeError(f"save() got {unknown[0]}={kwargs[unknown[0]]!r}, which neither matplotlib's savefig nor "
+                            f"{type(self).__name__}.plot() takes{f' (did you mean {close[0]!r}?)' if close else ''}: "
+                            f"give any of {', '.join([*_SAVEFIG, *takes])}")
+        self.plot(**kwargs).savefig(path, **savefig)
         return path
 
     def _repr_png_(self) -> bytes | None:
@@ -415,7 +428,8 @@ class LivePlot(LivePlotCore, Callback):
         self.throttle.start(peer.throttle if peer is not None else None)  # one budget for the fit's plots
         if widget and shown:
             self._open_controls()
-            self.live.show()  # the placeholder first, then the artists: the output opens at once
+            waiting = peer is None or peer.live is None  # one "waiting" line a fit, not one a plot
+            self.live.show("waiting for the first batch" if waiting else "")  # first, then the artists: it opens at once
         if widget:
             with rc_context(_FIXED_TITLES):
                 self.live.animate(*self._artists(self.live.fig))

@@ -8,9 +8,11 @@ Every process this test starts is ended by its PID (helpers.started: the server'
 started), however the test ends: a failure, Ctrl-C, or SIGTERM (conftest.py; checked by test_interrupts.py).
 """
 import base64
+import contextlib
 import io
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -69,13 +71,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def jupyter(tmp_path):
-    "A JupyterLab server on a copy of notebook 06; yields (url of the notebook, the server's log path)."
+@contextlib.contextmanager
+def serve(tmp_path: Path, notebook: Path):
+    "A JupyterLab server on a copy of `notebook` in tmp_path; yields (url of the notebook, the server's log path)."
     require_chromium()
     root = tmp_path / "nbs"
-    root.mkdir()
-    shutil.copy(ROOT / "nbs" / NOTEBOOK, root / NOTEBOOK)
+    root.mkdir(parents=True)
+    shutil.copy(notebook, root / notebook.name)
     settings = tmp_path / "lab-settings"
     for name, text in SETTINGS.items():
         (settings / name).parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +109,14 @@ def jupyter(tmp_path):
                 if time.monotonic() > deadline:
                     pytest.fail(f"waited 180 s for jupyter lab to answer /api/status:\n{log_path.read_text()[-3000:]}")
                 time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}", log_path
+        yield f"http://127.0.0.1:{port}/lab/tree/{notebook.name}?token={token}", log_path
+
+
+@pytest.fixture
+def jupyter(tmp_path):
+    "A JupyterLab server on a copy of notebook 06a; yields (url of the notebook, the server's log path)."
+    with serve(tmp_path, ROOT / "nbs" / NOTEBOOK) as served:
+        yield served
 
 
 def pixels(src: str) -> np.ndarray:
@@ -186,3 +195,141 @@ def test_live_plots_render_and_move_in_jupyterlab(jupyter):
         assert (pixels(final["images"][0]) != pixels(loss2)).any()
         page.locator(".jp-CodeCell", has_text=MARKER).screenshot(path=str(OUT / "final.png"))
         page.screenshot(path=str(OUT / "page.png"))
+
+
+# --- Stop, and a notebook reopened: a second notebook, written by the test --------------------------------------
+
+REOPEN_CELLS = [
+    "from looplab.resume import make_epochwise_batch_sampler\nfrom looplab.sampler_plot import SamplerPlot\n"
+    "per_rank = lambda rank: make_epochwise_batch_sampler(range(24), shuffle_seed=0, num_replicas=2, rank=rank, "
+    "batch_size=4)\nSamplerPlot(per_rank, n_ranks=2, n_epochs=3, skip=5)",
+    "from torch import nn\nfrom looplab.data import DataLoaders, load_digits\n"
+    "from looplab.data import set_seed\nfrom looplab.learner import Learner\nfrom looplab.loss_plot import LossPlot\nset_seed(0)\n"
+    "dls = DataLoaders.from_tensors(*load_digits(), bs=64)\n"
+    "learn = Learner(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)), dls, progress=False)",
+    "learn.fit(100_000, cbs=LossPlot())  # Stop, once",
+    "learn.fit(100_000, cbs=LossPlot())  # Stop, twice",
+    "learn.fit(100_000, cbs=LossPlot())  # saved while training, then Stop",
+]
+CELL_JS = f"""(i) => {{
+  const cell = {NOTEBOOK_JS}.content.widgets.filter(c => c.model.type === 'code')[i];
+  return {{
+    running: (cell.node.querySelector('.jp-InputPrompt')?.textContent || '').includes('*'),
+    count: cell.model.executionCount,
+    outputs: cell.model.outputs.toJSON(),
+    bar: cell.node.querySelector('progress.looplab-progress')?.parentNode?.textContent || '',
+    text: cell.node.querySelector('.jp-OutputArea')?.textContent || '',
+    images: cell.node.querySelectorAll('.jp-OutputArea-output img').length,
+    folds: cell.node.querySelectorAll('.jp-OutputArea-output details').length,
+  }};
+}}"""
+RUN_JS = f"""(i) => {{
+  const panel = {NOTEBOOK_JS};
+  const code = panel.content.widgets.filter(c => c.model.type === 'code')[i];
+  const index = panel.content.widgets.indexOf(code);
+  panel.content.activeCellIndex = index;
+  window.jupyterapp.commands.execute('notebook:run-cell');
+}}"""
+PRESS_JS = """(ms) => {
+  const press = () => window.jupyterapp.commands.execute('notebook:interrupt-kernel');
+  press();
+  if (ms !== null) setTimeout(press, ms);
+}"""
+
+
+def reopen_notebook(path: Path) -> None:
+    "A notebook of REOPEN_CELLS, with no outputs, at `path`."
+    cells = [{"cell_type": "code", "execution_count": None, "id": f"cell{i}", "metadata": {}, "outputs": [],
+              "source": source} for i, source in enumerate(REOPEN_CELLS)]
+    path.write_text(json.dumps({"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3",
+                                "language": "python", "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}))
+
+
+def cell_state(page, i: int) -> dict:
+    return page.evaluate(CELL_JS, i)
+
+
+def wait_cell(page, i: int, predicate, timeout: float, log_path: Path, what: str) -> dict:
+    "Poll cell `i` until `predicate` holds; fail after `timeout` s, saying what it waited for."
+    deadline = time.monotonic() + timeout
+    while True:
+        state = cell_state(page, i)
+        if predicate(state):
+            return state
+        if time.monotonic() > deadline:
+            page.screenshot(path=str(OUT / "reopen-timeout.png"))
+            pytest.fail(f"waited {timeout} s for {what}; cell {i}: {str(state)[:1500]}\n{log_path.read_text()[-2000:]}")
+        time.sleep(0.05)
+
+
+def one_line(state: dict) -> str:
+    "The stopped fit's output as the student sees it: exactly one error, of one line, and no other text."
+    errors = [o for o in state["outputs"] if o["output_type"] == "error"]
+    streams = [o for o in state["outputs"] if o["output_type"] == "stream"]
+    assert len(errors) == 1 and not streams, state["outputs"]
+    shown = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in "\n".join(errors[0]["traceback"]).splitlines()]
+    assert len(shown) == 1 and shown[0].startswith("fit stopped by KeyboardInterrupt "), shown
+    assert shown[0].endswith(" (%tb shows the traceback)"), shown
+    return shown[0]
+
+
+def training(state: dict) -> bool:
+    "The fit's bar says it is training, past its first batches."
+    return state["running"] and "while training" in state["bar"] and "batch" in state["bar"]
+
+
+def test_stop_says_one_line_and_a_saved_notebook_reopens_as_it_was(tmp_path):
+    notebook = tmp_path / "reopen.ipynb"
+    reopen_notebook(notebook)
+    OUT.mkdir(parents=True, exist_ok=True)
+    with serve(tmp_path / "lab", notebook) as (url, log_path), \
+            chromium_context(tmp_path / "chromium-profile", viewport={"width": 1280, "height": 1000}) as context:
+        page = context.pages[0] if context.pages else context.new_page()
+        page.goto(url, timeout=180_000)
+        page.wait_for_function(f"() => {NOTEBOOK_JS}?.sessionContext?.session?.kernel?.status === 'idle'",
+                               timeout=300_000)
+        for i in (0, 1):
+            page.evaluate(RUN_JS, i)
+            wait_cell(page, i, lambda s: not s["running"] and s["count"] is not None, 300, log_path, f"cell {i} to run")
+        assert cell_state(page, 0)["folds"] == 3
+        lines = {}
+        for i, press in ((2, None), (3, 100)):  # Stop once; Stop twice, 0.1 s apart
+            page.evaluate(RUN_JS, i)
+            wait_cell(page, i, training, 300, log_path, f"cell {i}'s fit to train")
+            page.evaluate(PRESS_JS, press)
+            state = wait_cell(page, i, lambda s: not s["running"] and any(o["output_type"] == "error"
+                                                                        for o in s["outputs"]), 120, log_path,
+                              f"cell {i}'s fit to stop")
+            time.sleep(0.3)  # a late second press lands now, if at all
+            lines[i] = one_line(cell_state(page, i))
+            name = "stop_once.png" if press is None else "stop_twice.png"
+            page.locator(".jp-CodeCell").nth(i).screenshot(path=str(OUT / name))
+        (OUT / "stop_lines.txt").write_text(f"one press:   {lines[2]}\ntwo presses: {lines[3]}\n")
+        page.evaluate(RUN_JS, 4)
+        wait_cell(page, 4, lambda s: training(s) and s["images"], 300, log_path, "cell 4's fit to draw while it trains")
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function(f"() => !{NOTEBOOK_JS}.context.model.dirty", timeout=60_000)
+        saved = json.loads((tmp_path / "lab" / "nbs" / notebook.name).read_text())
+        page.evaluate(PRESS_JS, None)
+        wait_cell(page, 4, lambda s: not s["running"], 120, log_path, "cell 4's fit to stop")
+        page.evaluate(f"() => {NOTEBOOK_JS}.sessionContext.shutdown()")  # the kernel is gone
+        page.close(run_before_unload=False)  # the stopped fit's outputs came after the save: they are not kept
+
+        page = context.new_page()  # the notebook opened again, from the file
+        page.goto(url, timeout=180_000)
+        page.wait_for_function(f"() => {NOTEBOOK_JS}?.content?.widgets?.length === {len(REOPEN_CELLS)}",
+                               timeout=180_000)
+        time.sleep(2)  # renderers that wait for a widget manager give up by now
+        sampler = cell_state(page, 0)
+        assert sampler["images"] == 4 and sampler["folds"] == 3, sampler  # all epochs, and one fold an epoch
+        assert "model not found" not in sampler["text"] and "Error displaying" not in sampler["text"]
+        page.locator(".jp-CodeCell").nth(0).locator("summary").nth(1).click()  # epoch 1 alone, opened
+        page.locator(".jp-CodeCell").nth(0).screenshot(path=str(OUT / "reopened_11d.png"))
+        assert one_line(cell_state(page, 2)) == lines[2] and one_line(cell_state(page, 3)) == lines[3]
+        mid_fit = cell_state(page, 4)
+        assert re.search(r"as of \d\d:\d\d:\d\d, while training", mid_fit["bar"]), mid_fit["bar"]
+        assert mid_fit["images"] >= 1  # the picture as it was when saved
+        assert [o["output_type"] for o in saved["cells"][4]["outputs"]] == \
+            [o["output_type"] for o in mid_fit["outputs"]]  # what the file holds, shown
+        page.locator(".jp-CodeCell").nth(4).screenshot(path=str(OUT / "reopened_mid_fit.png"))
+        page.screenshot(path=str(OUT / "reopened_page.png"))

@@ -315,7 +315,7 @@ def test_compare_runs_bad_input():
         compare_runs({"fresh": make_learner()})
 
 
-# --- text mode: every plot, one line shared, 80 columns; and after Stop ------------------------------------------
+# --- text mode: a line each plot, 80 columns; in a log; and after Stop ------------------------------------------
 
 def terminal_parts(text: str) -> tuple[list[str], list[str]]:
     "What a terminal got: the progress lines (each rewrite of the line, blanks aside) and the finished lines."
@@ -339,18 +339,71 @@ def test_lr_plot_on_a_terminal_writes_a_progress_line_and_a_summary(always_due):
     assert finished == ["LRPlot: 32 steps, lr 0.1 → 0.00313 (between 0.00313 and 0.1)"]
 
 
-def test_two_plots_share_one_line_of_80_columns_and_finish_on_lines_of_their_own(always_due):
+class Screen:
+    "A terminal's screen: \\r, \\n and ESC[nA (up n lines) move the cursor, text overwrites what is there."
+    def __init__(self):
+        self.rows, self.row, self.col, self.widest = [""], 0, 0, 0
+        self.seen: list[list[str]] = []  # the screen after each write
+
+    def write(self, text: str) -> None:
+        for token in re.split(r"(\r|\n|\x1b\[\d+A)", text):
+            if token == "\r":
+                self.col = 0
+            elif token == "\n":
+                self.row, self.col = self.row + 1, 0
+                self.rows += [""] * (self.row + 1 - len(self.rows))
+            elif token.startswith("\x1b["):
+                self.row -= int(token[2:-1])
+            elif token:
+                line = self.rows[self.row].ljust(self.col)
+                self.rows[self.row] = line[:self.col] + token + line[self.col + len(token):]
+                self.col += len(token)
+                self.widest = max(self.widest, self.col)
+        self.seen.append([row.rstrip() for row in self.rows])
+
+
+class ScreenTerminal(FakeTerminal):
+    def __init__(self):
+        super().__init__()
+        self.screen = Screen()
+
+    def write(self, text):
+        self.screen.write(text)
+        return super().write(text)
+
+
+def test_two_plots_have_a_line_each_and_finish_on_lines_of_their_own(always_due):
     from looplab.lr_plot import LRPlot
-    term = FakeTerminal()
+    term = ScreenTerminal()
     loss_plot = LossPlot(mode="text", file=term)
     lr_plot = LRPlot(sched_fn=lambda pct: 0.1 * (1 - pct), mode="text", file=term)
     make_learner().fit(2, cbs=[loss_plot, lr_plot])
-    progress, finished = terminal_parts(term.getvalue())
-    shared = [line for line in progress if " | step " in line]
-    assert shared and all(line.startswith("epoch ") for line in shared)  # one line, both parts, never two lines
-    assert all(len(line) <= 79 for line in progress)  # the last column would wrap
-    assert [line.split(":")[0] for line in finished] == ["LossPlot", "LRPlot"]  # one each, not written over
-    assert all(len(line) <= 80 and "…" not in line for line in finished)
+    screen = term.screen
+    both = [rows for rows in screen.seen if len(rows) >= 2 and rows[0].startswith("epoch ")
+            and rows[1].startswith("step ")]
+    assert both, screen.seen[-5:]  # the loss plot's line, and under it the LR plot's, each whole
+    assert all(re.search(r"· loss \d\.\d{4}", rows[0]) and re.search(r"· lr \d", rows[1]) for rows in both)
+    assert screen.widest <= 79  # the last column would wrap
+    finished = [row for row in screen.seen[-1] if row]
+    assert [row.split(":")[0] for row in finished] == ["LossPlot", "LRPlot"], finished  # nothing left over
+
+
+def test_in_a_log_a_fit_of_plots_writes_a_line_every_five_seconds(monkeypatch):
+    from looplab.lr_plot import LRPlot
+    from looplab.progress import ProgressLine
+    seconds = iter(range(0, 10_000, 2))  # each read of the clock: two seconds later
+    monkeypatch.setattr(ProgressLine, "__init__", lambda self, file=None, clock=None, init=ProgressLine.__init__:
+                        init(self, file, lambda: next(seconds)))
+    log = io.StringIO()
+    learn = make_learner(progress=False)
+    learn.fit(2, cbs=[LossPlot(mode="text", file=log, every_ms=1), LRPlot(sched_fn=lambda pct: 0.1, mode="text",
+                                                                          file=log, every_ms=1)])
+    lines = log.getvalue().splitlines()
+    progress = [line for line in lines if "training batches in" not in line and not line.startswith("LRPlot: 32")]
+    assert progress and all(re.match(r"(LossPlot: epoch \d/2 · batch \d+/16|LRPlot: step \d+/32) · ", line)
+                            for line in progress), lines
+    assert {line.split(":")[0] for line in progress} == {"LossPlot", "LRPlot"}
+    assert lines[-2].startswith("LossPlot: 32 training batches in") and lines[-1].startswith("LRPlot: 32 steps")
 
 
 def test_a_long_summary_wraps_at_80_columns_and_loses_nothing():
@@ -397,3 +450,60 @@ def test_after_stop_the_axes_fit_what_was_done_and_a_second_press_keeps_the_reas
     assert message.startswith("fit stopped by KeyboardInterrupt at epoch 1/5, after batch 20/64") and "\n" not in message
     assert plot.live.n_draws >= 1 and len(plot.losses) == 20
     assert plot.live.fig.axes[0].get_xlim() == (0, 20)  # the 20 batches done, not the 320 planned
+
+
+def test_save_gives_savefig_its_keywords_and_plot_its_own(tmp_path):
+    learn = make_learner()
+    plot = LossPlot(mode="text", file=io.StringIO())
+    learn.fit(1, cbs=plot)
+    assert Image.open(plot.save(tmp_path / "loss.png", dpi=60)).size == (7 * 60, round(3.5 * 60))
+    assert Image.open(plot.save(tmp_path / "loss80.png")).size == (7 * 80, 3.5 * 80)  # the plot's own dpi
+    with pytest.raises(TypeError, match=r"dpii=60.*did you mean 'dpi'"):
+        plot.save(tmp_path / "bad.png", dpii=60)
+    assert not (tmp_path / "bad.png").exists()
+
+
+def test_a_bar_says_while_training_that_it_is_a_moment_and_one_plot_says_waiting(notebook_like, monkeypatch):
+    "A notebook saved mid-fit keeps the bar's last HTML: it must read as a snapshot; two plots show one waiting line."
+    from looplab.lr_plot import LRPlot
+    from looplab.loss_plot import _ProgressBar
+    monkeypatch.setattr(LossPlot, "tick_ms", 0)
+    pages, placeholders = [], []
+    bar_show = _ProgressBar.show
+    monkeypatch.setattr(_ProgressBar, "show", lambda self, *args: bar_show(self, *args) or pages.append(self._html()))
+    show = widgets.LiveFigure.show
+    monkeypatch.setattr(widgets.LiveFigure, "show", lambda self, text="waiting for the first batch":
+                        placeholders.append(text) or show(self, text))
+    make_learner().fit(1, cbs=[LossPlot(), LRPlot(sched_fn=lambda pct: 0.1)])
+    running, final = pages[:-1], pages[-1]
+    assert running and all(re.search(r"as of \d\d:\d\d:\d\d, while training</span>", page) for page in running)
+    assert "while training" not in final and "16 training batches in" in final
+    assert placeholders == ["waiting for the first batch", ""]  # the second plot's output stays empty until it draws
+
+
+def test_summaries_write_small_losses_as_the_epoch_table_does():
+    from looplab.progress import _number
+    plot = LossPlot(mode="text", file=io.StringIO())
+    make_learner().fit(1, cbs=plot)
+    plot.smooth[-1] = 3.866e-05
+    plot.valid_losses[-1] = 0.25
+    assert "loss 3.866e-05 · valid loss 0.2500" in plot._summary() and _number(3.866e-05) == "3.866e-05"
+    assert plot._figures() == ["loss 3.866e-05"]
+
+
+def test_the_first_time_left_is_within_twice_the_truth_when_the_first_second_is_slow():
+    "A fit whose first second pays for first-time costs and the plot's first pictures (4x the steady batch time)."
+    from looplab.loss_plot import FitTime
+    now = [0.0]
+    total, steady = 2000, 0.005  # 10 s of steady batches
+    timer = FitTime(total=total, clock=lambda: now[0])
+    first_left = None
+    for position in range(total):
+        now[0] += 0.3 if position == 0 else (4 * steady if now[0] < 1.3 else steady)
+        timer.begin_at(position)
+        shown = timer.text(position + 1)
+        if first_left is None and "left" in shown:
+            minutes, seconds = shown.split(" · ")[1].split()[0].split(":")
+            first_left = (int(minutes) * 60 + int(seconds), steady * (total - position - 1))
+    estimate, truth = first_left
+    assert truth / 2 <= estimate <= 2 * truth, first_left

@@ -127,3 +127,21 @@ def test_in_a_terminal_the_progress_line_fits_80_columns_and_the_summary_wraps(m
     assert all(len(line) <= 80 for line in summary_lines)
     summary = " ".join(line.strip() for line in summary_lines)
     assert "…" not in summary and all(part in summary for part in plot._shares())  # every phase, nothing cut
+
+
+def test_in_a_notebook_it_shows_the_progress_bar_that_ends_full(monkeypatch, capsys):
+    import looplab.widgets as widgets
+    monkeypatch.setattr(widgets, "_shell", lambda: object())  # an IPython shell, for the widget code paths
+    monkeypatch.setattr(widgets, "in_notebook", lambda: True)
+    monkeypatch.delenv("IN_TEST", raising=False)
+    from looplab.loss_plot import _ProgressBar
+    monkeypatch.setattr(ProfilePlot, "tick_ms", 0)  # the label at every batch, the first one too (no timings yet)
+    shown = []
+    show = _ProgressBar.show
+    monkeypatch.setattr(_ProgressBar, "show", lambda bar, *args: show(bar, *args) or shown.append(bar._html()))
+    plot = ProfilePlot()
+    make_learner().fit(2, cbs=plot)
+    assert plot.live is not None and plot.bar is not None  # the bar above the chart, as LossPlot's
+    assert plot.bar.max == 32 and plot.bar.value == 32 and plot.bar.bar_style == "success"
+    assert plot.bar.text == plot._summary() and plot.bar.text.startswith("32 batches, ")
+    assert len(shown) > 2 and all("looplab-progress" in page for page in shown)  # each label as the kernel sends it

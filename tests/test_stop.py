@@ -18,6 +18,7 @@ from looplab.callback import Callback
 from looplab.checkpoint import learner_state, load_learner_state, save_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "test-output" / "stop"  # what the student sees, for whoever reads the run
 sys.path.insert(0, str(ROOT / "tools"))
 from kernel import fresh_kernel  # noqa: E402
 
@@ -207,48 +208,104 @@ def test_ctrl_c_in_a_script_stops_it_with_one_line(tmp_path):
     assert "During handling" not in err and len(err.splitlines()) <= 10, err
 
 
-def test_stop_in_a_jupyter_kernel_shows_one_line_and_the_learner_goes_on():
+KERNEL_SETUP = """
+import time
+from helpers import make_learner
+from looplab.callback import Callback
+from looplab.loss_plot import LossPlot
+
+class Ready(Callback):
+    "Says so at batch 3, then slows epoch 0's batches by `pause` s: the presses land in training, on any machine."
+    def __init__(self, pause):
+        self.pause = pause
+    def on_batch_end(self):
+        if self.learn.n_iter == 3:
+            print('training', flush=True)
+        if self.learn.epoch == 0 and self.learn.n_iter >= 3:
+            time.sleep(self.pause)
+"""
+HINT = " (%tb shows the traceback)"
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    "A Jupyter kernel (as JupyterLab starts one) in tests/, with `Ready` defined: (manager, client)."
     pytest.importorskip("jupyter_client")
     pytest.importorskip("ipykernel")
     with fresh_kernel(ROOT / "tests", prefix="looplab-stop-") as (km, kc):
-        def run(code, interrupt_on=None):
-            "Execute `code`; interrupt the kernel when it prints `interrupt_on`; return its outputs."
-            msg_id = kc.execute(code)
-            outputs = []
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-                except queue.Empty:
-                    raise AssertionError(f"no end of {code!r} in 120 s: {outputs}") from None
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    continue
-                kind, content = msg["msg_type"], msg["content"]
-                if kind in ("stream", "error"):
-                    outputs.append(content)
-                    if interrupt_on and kind == "stream" and interrupt_on in content["text"]:
-                        km.interrupt_kernel()
-                        interrupt_on = None
-                if kind == "status" and content["execution_state"] == "idle":
-                    return outputs
+        assert not [o for o in run_in(km, kc, KERNEL_SETUP) if "ename" in o]
+        yield km, kc
 
-        # Ready says so at batch 3, then slows epoch 0's batches down, so that the interrupt (which takes a few
-        # milliseconds to arrive) lands inside the first epoch, however loaded the machine
-        setup = ("import time\nfrom helpers import make_learner\nfrom looplab.callback import Callback\n"
-                 "class Ready(Callback):\n    def on_batch_end(self):\n"
-                 "        if self.learn.n_iter == 3:\n            print('training', flush=True)\n"
-                 "        if self.learn.epoch == 0 and self.learn.n_iter >= 3:\n            time.sleep(0.2)\n"
-                 "learn = make_learner(cbs=[Ready()], progress=False)\n")
-        assert not [o for o in run(setup) if "ename" in o]
-        outputs = run("learn.fit(100_000)\nprint('after fit')", interrupt_on="training")
-        errors = [o for o in outputs if "ename" in o]
-        assert len(errors) == 1 and errors[0]["ename"] == "KeyboardInterrupt", outputs
-        assert errors[0]["evalue"].startswith("fit stopped by KeyboardInterrupt at epoch 1/100000, after batch ")
-        shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(errors[0]["traceback"]))  # without the colours
-        files = [line for line in shown.splitlines() if line.startswith("File ")]
-        assert len(files) == 1 and files[0].endswith("in Learner.fit(self, n_epochs, lr, cbs)"), shown
-        assert "_do_batch" not in shown and len(shown.splitlines()) <= 12, shown  # the cell, fit's raise, the line
-        assert not any("after fit" in o.get("text", "") for o in outputs)  # Stop ended the cell
-        again = run("epoch, batch = learn.position\nlearn.fit(1)\nprint('again', epoch, learn.position)")
-        assert [o["text"] for o in again] == ["again 0 (1, 0)\n"], again
 
+def run_in(km, kc, code, presses=()):
+    "Execute `code`; once it prints 'training', interrupt the kernel at each of `presses` (ms from then); its outputs."
+    msg_id = kc.execute(code)
+    outputs = []
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no end of {code!r} in 120 s: {outputs}") from None
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind in ("stream", "error"):
+            outputs.append(content)
+            if presses and kind == "stream" and "training" in content["text"]:
+                began = time.perf_counter()
+                for at in presses:  # Stop pressed in JupyterLab: the server signals the kernel (SIGINT)
+                    time.sleep(max(0.0, began + at / 1000 - time.perf_counter()))
+                    km.interrupt_kernel()
+                presses = ()
+        if kind == "status" and content["execution_state"] == "idle":
+            return outputs
+
+
+def shown_lines(error: dict) -> list[str]:
+    "The lines of an error output as JupyterLab shows them (without the colours)."
+    return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"])).splitlines()
+
+
+def test_stop_in_a_jupyter_kernel_shows_one_line_and_the_learner_goes_on(kernel):
+    km, kc = kernel
+    assert not [o for o in run_in(km, kc, "learn = make_learner(cbs=[Ready(0.2)], progress=False)") if "ename" in o]
+    outputs = run_in(km, kc, "learn.fit(100_000)\nprint('after fit')", presses=[0])
+    errors = [o for o in outputs if "ename" in o]
+    assert len(errors) == 1 and errors[0]["ename"] == "KeyboardInterrupt", outputs
+    line = errors[0]["evalue"]
+    assert line.startswith("fit stopped by KeyboardInterrupt at epoch 1/100000, after batch ")
+    assert shown_lines(errors[0]) == [line + HINT]  # the student sees the line, and where the rest is
+    assert not any("after fit" in o.get("text", "") for o in outputs)  # Stop ended the cell
+    whole = [o for o in run_in(km, kc, "%tb") if "ename" in o]  # the traceback, one step away
+    files = [text for text in shown_lines(whole[0]) if text.startswith("File ")]
+    assert len(files) == 1 and files[0].endswith("in Learner.fit(self, n_epochs, lr, cbs)"), whole
+    assert shown_lines(whole[0])[-1].endswith(line)
+    again = run_in(km, kc, "epoch, batch = learn.position\nlearn.fit(1)\nprint('again', epoch, learn.position)")
+    assert [o["text"] for o in again] == ["again 0 (1, 0)\n"], again
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "one_press.txt").write_text("\n".join(shown_lines(errors[0])) + "\n")
+
+
+@pytest.mark.parametrize("plot", [False, True], ids=["no-plot", "LossPlot"])
+@pytest.mark.parametrize("ms", [0, 10, 20, 30, 45, 100, 150])
+def test_two_quick_presses_keep_the_one_line(kernel, plot, ms):
+    """The second press lands in the batch, in on_train_end (a live plot's last frame), while IPython shows the line,
+    or after: one line. Without the hold after a stop, 10-20 ms (no plot) and 150 ms (LossPlot) gave a second
+    traceback of 15-236 lines on the machine this was written on."""
+    km, kc = kernel
+    cbs = ", cbs=LossPlot(mode='widget')" if plot else ""
+    fit = f"learn = make_learner(cbs=[Ready(0.01)], progress=False)\nlearn.fit(100_000{cbs})\nprint('after fit')"
+    outputs = run_in(km, kc, fit, presses=[0, ms])
+    errors = [o for o in outputs if "ename" in o]
+    assert len(errors) == 1 and errors[0]["ename"] == "KeyboardInterrupt", outputs
+    lines = shown_lines(errors[0])
+    assert len(lines) == 1 and lines[0].startswith("fit stopped by KeyboardInterrupt ") and lines[0].endswith(HINT)
+    assert not [o for o in outputs if o.get("name") == "stderr"], outputs  # no bare KeyboardInterrupt, no traceback
+    assert not any("after fit" in o.get("text", "") for o in outputs)
+    alive = run_in(km, kc, "print('alive')")  # the kernel goes on, Python's handler back
+    assert [o["text"] for o in alive] == ["alive\n"], alive
+    assert [o["text"] for o in run_in(km, kc, "import signal\nprint(signal.getsignal(signal.SIGINT).__name__)")] \
+        in (["default_int_handler\n"], ["SIG_IGN\n"])
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"two_presses_{ms}ms{'_plot' * plot}.txt").write_text("\n".join(lines) + "\n")
