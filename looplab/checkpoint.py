@@ -20,7 +20,7 @@ __all__ = ['save_checkpoint', 'load_checkpoint']
 def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> Path:
     "Write `learner_state(learn)` to `path` (on the master process only); the file it replaces becomes `path.prev`."
     path = as_path(path)
-    if learn._mid_batch:
+    if learn.loop.in_batch:
         raise ValueError(f"save_checkpoint refuses to write {str(path)!r} in the middle of training batch {learn.iter} "
                          f"of epoch {learn.epoch}: its step and zero_grad have not all run, so a run resumed from the "
                          "file would differ from this one. Save between batches: in on_batch_end, on_epoch_begin or "
@@ -40,8 +40,8 @@ def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> P
 def load_checkpoint(learn, path: str | os.PathLike) -> dict:
     "Load `path` into `learn`, so that its next `fit` continues exactly; return the header, with `resumes_at`."
     path = as_path(path)
-    if learn._where != "idle":
-        raise RuntimeError(f"load_checkpoint({str(path)!r}) was called while the learner runs (in its {learn._where} "
+    if learn.loop.phase != "idle":
+        raise RuntimeError(f"load_checkpoint({str(path)!r}) was called while the learner runs (in its {learn.loop.phase} "
                            "part, from a callback): the loop would go on from where it stands, not from the file. "
                            "Load before fit or after it returns; to end a fit and continue from a file, raise "
                            "CancelFitException in the callback, then call load_checkpoint and fit")

@@ -101,7 +101,7 @@ class EarlyStopping(MonitorCallback):
 # %% ../nbs/08b_monitoring.ipynb #fef615f2
 def _keeps_current_weights(learn, cb: Callback, held: str) -> bool:
     "Whether `cb` is closed because it was removed mid-fit, not at the fit's end; if so, a warning says the weights stay and where `held` is."
-    if learn._where == "idle" and not learn.cbh.running:  # the fit's end: the loop left its epochs, `running` emptied
+    if learn.loop.phase == "idle" and not learn.cbh.running:  # the fit's end: the loop left its epochs, `running` emptied
         return False
     warnings.warn(f"{type(cb).__name__} was removed in the middle of the fit (learn.epoch {learn.epoch}), so it loads "
                   f"nothing: the model keeps its current weights and trains on from them; {held}", UserWarning,

@@ -345,7 +345,7 @@ def test_a_checkpoint_refused_before_loading_says_nothing_was_loaded_and_changes
     with pytest.raises(CheckpointError, match=r"ckpt.pt' does not fit this learner .*3.weight \(10, 64\).*; nothing was loaded$"):
         load_checkpoint(other, tmp_path / "ckpt.pt")
     assert all(torch.equal(p, q) for p, q in zip(before, other.model.parameters()))
-    assert not other.opts and other._resume is None and other.n_iter == 0
+    assert not other.opts and not other.resuming and other.n_iter == 0
     reordered = build_learner(tmp_path / "ckpt.pt", every=5)
     reordered.dls = DataLoaders.from_tensors(*load_digits(), bs=32, seed=4)  # passes the first checks
     with pytest.raises(CheckpointError, match="seed.*the learner may be partly loaded"):
