@@ -18,7 +18,7 @@ from matplotlib.ticker import FixedLocator, LogFormatter, MaxNLocator
 
 from .checks import check_number
 from .data import loader_len
-from .progress import _number
+from .progress import table_number
 from .recorder import Recorder, _Smoother, _from_zero
 from .widgets import FigurePlot, LivePlot, grown_limits, hold_batches
 
@@ -298,15 +298,15 @@ class LossPlot(LossChart, FitProgress):
     "Live chart of the training and validation losses, with a progress bar (in a notebook) or a progress line, and the time left."
     def _figures(self) -> list[str]:
         "The smoothed loss."
-        return [f"loss {_number(self.smooth[-1])}"] if self.smooth else []
+        return [f"loss {table_number(self.smooth[-1])}"] if self.smooth else []
 
     def _summary(self) -> str:
         "What the fit did, in one line."
         if not self.losses:
             return "no training batch"
-        parts = [f"{len(self.losses)} training batches in {_duration(self.time.clock() - self.time.start)}", f"loss {_number(self.smooth[-1])}"]
+        parts = [f"{len(self.losses)} training batches in {_duration(self.time.clock() - self.time.start)}", f"loss {table_number(self.smooth[-1])}"]
         if self.valid_losses:
-            parts.append(f"valid loss {_number(self.valid_losses[-1])}")
+            parts.append(f"valid loss {table_number(self.valid_losses[-1])}")
         return " · ".join(parts)
 
     def on_epoch_end(self):

@@ -482,12 +482,12 @@ def test_a_bar_says_while_training_that_it_is_a_moment_and_one_plot_says_waiting
 
 
 def test_summaries_write_small_losses_as_the_epoch_table_does():
-    from looplab.progress import _number
+    from looplab.progress import table_number
     plot = LossPlot(mode="text", file=io.StringIO())
     make_learner().fit(1, cbs=plot)
     plot.smooth[-1] = 3.866e-05
     plot.valid_losses[-1] = 0.25
-    assert "loss 3.866e-05 · valid loss 0.2500" in plot._summary() and _number(3.866e-05) == "3.866e-05"
+    assert "loss 3.866e-05 · valid loss 0.2500" in plot._summary() and table_number(3.866e-05) == "3.866e-05"
     assert plot._figures() == ["loss 3.866e-05"]
 
 
