@@ -19,7 +19,8 @@ import torch
 
 from looplab.activations import ActivationPlot, ActivationStats
 from looplab.conv import conv_net, signal_dls
-from looplab.learner import Learner, set_seed
+from looplab.data import set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 
 

@@ -18,10 +18,10 @@ from functools import partial
 import torch
 from torch import nn
 
-from looplab.data import DataLoaders
+from looplab.data import DataLoaders, set_seed
 from looplab.engine import AMPEngine, DeviceEngine
 from looplab.engines import DistributedDataParallelEngine
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.distributed import launch
 
 

@@ -12,9 +12,9 @@ from functools import partial
 import torch
 from torch import nn
 
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.engine import AMPEngine, DeviceEngine
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 
 

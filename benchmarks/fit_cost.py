@@ -43,8 +43,8 @@ SETUP = """
 import gc, json, math, time
 import torch
 from torch import nn
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 from looplab.widgets import LiveFigure
 
 shown, drawn = [], []  # (plot, clock) of each placeholder shown and each picture sent

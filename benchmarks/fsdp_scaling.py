@@ -19,11 +19,11 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback
-from looplab.data import DataLoaders
+from looplab.data import DataLoaders, set_seed
 from looplab.distributed import launch
 from looplab.engines import DistributedDataParallelEngine
 from looplab.fsdp import FSDPEngine, bytes_per_rank
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 
 
 class StepTimes(Callback):

@@ -19,8 +19,8 @@ from torch import nn
 
 from looplab.activations import ActivationPlot
 from looplab.conv import conv_net, signal_dls
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 from looplab.loss_plot import LossPlot
 from looplab.lr_plot import LRPlot
 from looplab.profiler import ProfilePlot

@@ -26,8 +26,8 @@ import json, math, time
 import torch
 from torch import nn
 from looplab.callback import Callback, CancelFitException
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 from looplab.loss_plot import LossPlot
 from looplab.lr_plot import LRPlot
 from looplab.widgets import LivePlotCore

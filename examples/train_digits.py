@@ -13,10 +13,10 @@ from functools import partial
 import torch
 from torch import nn
 
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.engine import DeviceEngine
 from looplab.engines import DistributedDataParallelEngine
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 
 

@@ -20,8 +20,8 @@ from torch import nn
 
 from .checks import check_int, check_number
 from .hooks import HookCallback
-from .loss_plot import FitProgress, _few_ticks, _frame
-from .widgets import FigurePlot, _hold_batches, check_figsize
+from .loss_plot import FitProgress, few_ticks, frame_figure
+from .widgets import FigurePlot, hold_batches, check_figsize
 
 # %% auto #0
 __all__ = ['activation_rows', 'activation_row', 'ActivationStatsWarning', 'ActivationStats', 'ActivationPlot']
@@ -292,7 +292,7 @@ def _hist_axes(axes, labels: list[str], hist_max: float, n_batches: int, below: 
         ax.set_xlim(0, max(n_batches, 1))
         ax.set_ylim(0, hist_max)
         ax.set_title(label, color=f"C{i}")  # the colour of its line in the near-zero panel
-        _few_ticks(ax, [0, hist_max / 2, hist_max])  # the ends and the middle
+        few_ticks(ax, [0, hist_max / 2, hist_max])  # the ends and the middle
         if i % 3 == 0:
             ax.set_ylabel("|activation|")
         else:  # the same scale as the panel on its left, which labels it: no ticks to build
@@ -378,7 +378,7 @@ def _draw_curves(fig: Figure, stats: ActivationStats) -> None:
         ax.autoscale()
     axes[1].set_yscale("log")
     axes[2].set_ylim(-0.03, 1.03)
-    _frame(fig, left=1.0, wspace=0.5)
+    frame_figure(fig, left=1.0, wspace=0.5)
 
 def _grid_size(n_panels: int) -> tuple[float, float]:
     "About 840 pixels wide at 80 dpi (a JupyterLab output at 1,280 pixels shows it unshrunk); 2.9 inches a row."
@@ -422,7 +422,7 @@ class _ActivationFigure(FitProgress):
         n = self._total or self.stats.n_batches
         images = _hist_axes(axes, labels, self.stats.hist_max, n, below=1)
         lines = _curve_axes(curves, labels, f"share with |a| < {self.stats.zero_below:g}", "share near zero")
-        _few_ticks(curves, [0, 0.5, 1])
+        few_ticks(curves, [0, 0.5, 1])
         curves.set_xlim(0, max(n, 1))
         curves.set_ylim(-0.03, 1.03)
         _colour_key(fig, key, images[0], lines)
@@ -437,7 +437,7 @@ class _ActivationFigure(FitProgress):
             for ax in panels:
                 ax.set_xlim(0, max(self.stats.n_batches, 1))
         else:
-            _hold_batches(panels, self.stats.n_batches)  # a loader without a length: the x axes grow by doubling
+            hold_batches(panels, self.stats.n_batches)  # a loader without a length: the x axes grow by doubling
 
     def save(self, path: str | Path, **savefig) -> Path:
         "Write the picture of what was collected to `path`, with matplotlib's `savefig` keywords (`dpi=60`...)."

@@ -8,31 +8,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .files import (FORMAT, FORMAT_VERSION, CheckpointError, _as_path, atomic_save, read_checkpoint,
+from .checks import check_mid_epoch
+from .files import (FORMAT, FORMAT_VERSION, CheckpointError, as_path, atomic_save, read_checkpoint,
                            rng_state, set_rng_state, state_digest, write_checkpoint)
-from .run_state import learner_state, load_learner_state, unsaved_callback_tensors, _check_fits
+from .run_state import learner_state, load_learner_state, unsaved_callback_tensors, check_fits
 
 # %% auto #0
 __all__ = ['save_checkpoint', 'load_checkpoint']
 
-# %% ../nbs/12_checkpoint.ipynb #e72d860f
-def _check_can_resume_mid_epoch(learn, what: str) -> None:
-    "Refuse `what` (a mid-epoch save) when `dls.train` could not continue from it, naming loaders that can."
-    order = learn.train_order
-    if hasattr(order, "set_start_iter") or isinstance(learn.dls.train, (list, tuple)):
-        return
-    raise ValueError(f"{what}: dls.train ({type(learn.dls.train).__name__}) cannot restart in the middle of an "
-                     "epoch, so that checkpoint could never be loaded. Build the training loader with "
-                     "looplab.datasets.from_datasets (your Dataset, with workers and reproducible augmentations) or "
-                     "DataLoaders.from_tensors, or use a resumable loader (a batch sampler with set_epoch and "
-                     "set_start_iter, or a loader with state_dict/load_state_dict such as torchdata's "
-                     "StatefulDataLoader); or save at epoch ends only, e.g. Checkpoint(path, at_epoch_end=True)")
-
 # %% ../nbs/12_checkpoint.ipynb #4f522a15
 def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> Path:
     "Write `learner_state(learn)` to `path` (on the master process only); the file it replaces becomes `path.prev`."
-    path = _as_path(path)
-    if learn._mid_batch:
+    path = as_path(path)
+    if learn.loop.in_batch:
         raise ValueError(f"save_checkpoint refuses to write {str(path)!r} in the middle of training batch {learn.iter} "
                          f"of epoch {learn.epoch}: its step and zero_grad have not all run, so a run resumed from the "
                          "file would differ from this one. Save between batches: in on_batch_end, on_epoch_begin or "
@@ -43,18 +31,17 @@ def save_checkpoint(learn, path: str | os.PathLike, keep_prev: bool = True) -> P
                          "so the file would lose them. Fit first (the run continues, and saves as it goes), or copy "
                          "the file that was loaded")
     epoch, batch = learn.position
-    if batch:
-        _check_can_resume_mid_epoch(learn, f"save_checkpoint refuses to write {str(path)!r} after batch {batch} of "
-                                           f"epoch {epoch}")
+    check_mid_epoch(not batch or learn.can_start_mid_epoch, f"save_checkpoint refuses to write {str(path)!r} after "
+                    f"batch {batch} of epoch {epoch}", learn.dls.train, saving=True)
     learn.engine.save_checkpoint(learner_state(learn), path, keep_prev)
     return path
 
 # %% ../nbs/12_checkpoint.ipynb #12aaab7b
 def load_checkpoint(learn, path: str | os.PathLike) -> dict:
     "Load `path` into `learn`, so that its next `fit` continues exactly; return the header, with `resumes_at`."
-    path = _as_path(path)
-    if learn._where != "idle":
-        raise RuntimeError(f"load_checkpoint({str(path)!r}) was called while the learner runs (in its {learn._where} "
+    path = as_path(path)
+    if learn.loop.phase != "idle":
+        raise RuntimeError(f"load_checkpoint({str(path)!r}) was called while the learner runs (in its {learn.loop.phase} "
                            "part, from a callback): the loop would go on from where it stands, not from the file. "
                            "Load before fit or after it returns; to end a fit and continue from a file, raise "
                            "CancelFitException in the callback, then call load_checkpoint and fit")
@@ -65,7 +52,7 @@ def load_checkpoint(learn, path: str | os.PathLike) -> dict:
                               "the Checkpoint callback write runs that load_checkpoint resumes; nothing was loaded")
     errors = (ValueError, RuntimeError, KeyError, TypeError)
     try:
-        _check_fits(learn, ckpt["state"])
+        check_fits(learn, ckpt["state"])
     except errors as e:
         raise CheckpointError(f"checkpoint {str(path)!r} does not fit this learner ({type(e).__name__}: {e}); "
                               "nothing was loaded") from e
@@ -78,14 +65,3 @@ def load_checkpoint(learn, path: str | os.PathLike) -> dict:
                               "the learner may be partly loaded: build it again before loading another "
                               "checkpoint") from e
     return {**ckpt["header"], "resumes_at": dict(ckpt["state"]["loop"])}  # epoch, iter (the batch), n_iter, n_steps
-
-# %% ../nbs/12_checkpoint.ipynb #2d7833fb
-_MOVED = {"Checkpoint": "looplab.checkpoint_callback"}  # a name that lived here: the module it lives in now
-
-def __getattr__(name: str):
-    "An old import path, `from looplab.checkpoint import Checkpoint`, served from the name's new module."
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module 'looplab.checkpoint' has no attribute {name!r}")
-

@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 
 from .callback import Callback
-from .checkpoint import _as_path, _check_can_resume_mid_epoch, save_checkpoint
+from .checks import check_bool, check_int, check_mid_epoch
+from .checkpoint import save_checkpoint
+from .files import as_path
 
 # %% auto #0
 __all__ = ['Checkpoint']
@@ -20,23 +22,21 @@ class Checkpoint(Callback):
 
     def __init__(self, path: str | os.PathLike, every_n_batches: int | None = None, at_epoch_end: bool = True,
                  keep_prev: bool = True):
-        if every_n_batches is not None and (isinstance(every_n_batches, bool) or not isinstance(every_n_batches, int)
-                                            or every_n_batches < 1):
-            raise ValueError(f"every_n_batches must be None or an int >= 1, got {every_n_batches!r}")
-        for name, value in (("at_epoch_end", at_epoch_end), ("keep_prev", keep_prev)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False, got {value!r}")
+        if every_n_batches is not None:
+            check_int("every_n_batches", every_n_batches, 1)
+        check_bool("at_epoch_end", at_epoch_end)
+        check_bool("keep_prev", keep_prev)
         if every_n_batches is None and not at_epoch_end:
             raise ValueError("this Checkpoint would never save: give every_n_batches, or at_epoch_end=True")
-        self.path = _as_path(path)
+        self.path = as_path(path)
         self.every_n_batches = every_n_batches
         self.at_epoch_end = at_epoch_end
         self.keep_prev = keep_prev
 
     def on_train_begin(self):
         if self.every_n_batches:  # before the first batch, not after the crash
-            _check_can_resume_mid_epoch(self.learn, f"Checkpoint(every_n_batches={self.every_n_batches}) would "
-                                                    f"save mid-epoch to {str(self.path)!r}")
+            check_mid_epoch(self.learn.can_start_mid_epoch, f"Checkpoint(every_n_batches={self.every_n_batches}) "
+                            f"would save mid-epoch to {str(self.path)!r}", self.learn.dls.train, saving=True)
 
     def on_batch_end(self):
         if self.every_n_batches and self.learn.training and self.learn.n_iter % self.every_n_batches == 0:

@@ -16,8 +16,9 @@ from torch.utils.data import DataLoader
 from .checks import check_int, check_number
 
 # %% auto #0
-__all__ = ['TARGET_KEYS', 'load_digits', 'keyed_generator', 'shuffled_order', 'EpochOrder', 'EpochBatchSampler', 'ArrayDataset',
-           'collate_batch', 'DataLoaders', 'default_split_batch', 'set_seed', 'make_rings']
+__all__ = ['TARGET_KEYS', 'load_digits', 'keyed_generator', 'shuffled_order', 'EpochOrder', 'EpochBatchSampler', 'DataOrder',
+           'ArrayDataset', 'collate_batch', 'DataLoaders', 'loader_len', 'default_split_batch', 'set_seed',
+           'make_rings']
 
 # %% ../nbs/01_bare_loop.ipynb #23ea2bb9
 def load_digits(flatten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,6 +133,28 @@ class EpochBatchSampler(EpochOrder):
         self.start_iter = 0
         self._in_pass = False
 
+# %% ../nbs/01_bare_loop.ipynb #22d8b77b
+from typing import Protocol, runtime_checkable
+
+@runtime_checkable
+class DataOrder(Protocol):
+    "The data-order contract: an order of batches the loop can name the epoch of, start at any batch, save and restore."
+    def set_epoch(self, epoch: int) -> None:
+        "Make the next pass epoch `epoch`, from its first batch."
+        ...
+
+    def set_start_iter(self, start_iter: int) -> None:
+        "Start the next pass at batch `start_iter` of the current epoch."
+        ...
+
+    def state_dict(self) -> dict:
+        "Where the order stands, as plain numbers (and what defines it, so that another order's state is refused)."
+        ...
+
+    def load_state_dict(self, state: dict) -> None:
+        "Continue from `state`; refuse a state that describes another order."
+        ...
+
 # %% ../nbs/01_bare_loop.ipynb #00a128f8
 class ArrayDataset:
     "Tensors of equal length, indexed together; `__getitems__` returns a whole batch in one indexing operation."
@@ -222,6 +245,14 @@ class DataLoaders:
             valid = DataLoader(ArrayDataset(x_valid, y_valid), batch_size=valid_bs or 2 * bs, shuffle=False,
                                collate_fn=collate_batch, generator=torch.Generator().manual_seed(seed))
         return cls(train, valid)
+
+# %% ../nbs/01_bare_loop.ipynb #af20605a
+def loader_len(dl) -> int | None:
+    "`len(dl)`, or None for a loader without a length (an iterable dataset, a generator)."
+    try:
+        return len(dl)
+    except TypeError:
+        return None
 
 # %% ../nbs/01_bare_loop.ipynb #a6e92a39
 def _shape(x) -> str:

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 from .checks import check_int
 from .data import DataLoaders, EpochBatchSampler, shuffled_order
-from .permutation import _GOLDEN, _MASK64, _mix64, _mix64_array
+from .permutation import GOLDEN, MASK64, mix64, mix64_array
 
 # %% auto #0
 __all__ = ['GLOBAL_GENERATORS', 'ItemKey', 'item_seeds', 'seed_item', 'SeededDataset', 'SeededBatchSampler',
@@ -32,9 +32,9 @@ class ItemKey(NamedTuple):
 # %% ../nbs/12b_datasets.ipynb #bcad0c49
 def item_seeds(seed: int, epoch: int, positions) -> list[int]:
     "The 64-bit seed of the item at each of `positions` in epoch `epoch`: a pure function of the three numbers."
-    base = _mix64(_mix64((seed + _GOLDEN) & _MASK64) ^ epoch)
-    z = np.asarray(positions, dtype=np.uint64) * np.uint64(_GOLDEN) + np.uint64(base)
-    return _mix64_array(z).tolist()
+    base = mix64(mix64((seed + GOLDEN) & MASK64) ^ epoch)
+    z = np.asarray(positions, dtype=np.uint64) * np.uint64(GOLDEN) + np.uint64(base)
+    return mix64_array(z).tolist()
 
 # %% ../nbs/12b_datasets.ipynb #40b85e78
 GLOBAL_GENERATORS = ("torch", "random", "numpy")

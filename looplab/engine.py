@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .files import _writable_path, atomic_save, read_checkpoint, write_checkpoint
+from .files import writable_path, atomic_save, read_checkpoint, write_checkpoint
 
 # %% auto #0
 __all__ = ['available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'needs_closure', 'step_closure',
@@ -151,7 +151,7 @@ class Engine(EngineBase):
 
     def save_weights(self, weights: dict, path) -> Path:
         "Write `weights` (a plain file: `03c_files`) atomically, on the master only; every process waits for the outcome."
-        path = _writable_path(path)  # a bad path is refused on every process alike
+        path = writable_path(path)  # a bad path is refused on every process alike
         _written_on_master(self, lambda: atomic_save(weights, path))
         return path
 

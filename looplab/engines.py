@@ -18,7 +18,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from .data import DataLoaders
+from .checks import check_int
+from .data import DataLoaders, DataOrder
 from .engine import AMPEngine, DeviceEngine, Engine
 from .sampler_chain import make_batch_sampler
 
@@ -168,14 +169,14 @@ class ProcessGroupEngine(DeviceEngine):
 class ShardedBatchSampler:
     "Rank `rank` of `world_size` takes items rank, rank + world_size, ... of each global batch of `batch_sampler`."
     def __init__(self, batch_sampler, rank: int, world_size: int):
-        for name in ("set_epoch", "set_start_iter", "state_dict", "load_state_dict"):
-            if not callable(getattr(batch_sampler, name, None)):
-                raise TypeError(f"ShardedBatchSampler needs a resumable batch sampler (with {name}), such as "
-                                f"looplab.data.EpochBatchSampler; got {type(batch_sampler).__name__}")
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-            raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
+        if not isinstance(batch_sampler, DataOrder):
+            missing = [name for name in ("set_epoch", "set_start_iter", "state_dict", "load_state_dict")
+                       if not callable(getattr(batch_sampler, name, None))]
+            raise TypeError(f"ShardedBatchSampler needs a batch sampler that follows looplab.data.DataOrder (it lacks "
+                            f"{', '.join(missing)}), such as looplab.data.EpochBatchSampler; got "
+                            f"{type(batch_sampler).__name__}")
+        check_int("world_size", world_size, 1)
+        check_int("rank", rank, 0, world_size - 1)
         bs = getattr(batch_sampler, "bs", None)
         if bs is not None and bs % world_size:
             suggestion = bs - bs % world_size or world_size

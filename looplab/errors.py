@@ -5,7 +5,6 @@
 # %% ../nbs/04_errors.ipynb #c12013af
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 from torch import nn
@@ -15,18 +14,10 @@ from .engine import DeviceEngine, Engine
 from .recorder import ProgressCallback
 
 # %% auto #0
-__all__ = []
+__all__ = ['as_engine', 'check_learner_args', 'checked_call', 'checked_backward']
 
 # %% ../nbs/04_errors.ipynb #54246720
-def _checked_lr(lr) -> float:
-    "`lr` if it is a finite number > 0; a TypeError or ValueError naming it otherwise."
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
-        raise TypeError(f"lr must be a number, got {lr!r} of type {type(lr).__name__}")
-    if not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    return lr
-
-def _as_engine(engine):
+def as_engine(engine):
     "`engine` if it is an Engine, the default DeviceEngine for None; a TypeError otherwise."
     if engine is None:
         return DeviceEngine()
@@ -38,7 +29,7 @@ def _as_engine(engine):
                         f"or a DDP engine of notebook 13), got {engine!r} of type {type(engine).__name__}")
     return engine
 
-def _check_learner_args(model, dls, progress, **functions) -> None:
+def check_learner_args(model, dls, progress, **functions) -> None:
     "A TypeError naming the first of the Learner's arguments that is not what it must be."
     if isinstance(model, type):
         raise TypeError(f"model must be a torch.nn.Module instance, got the class {model.__name__}: build it first, "
@@ -65,7 +56,7 @@ def _where(learn) -> str:
     "Which batch of which epoch, for error messages."
     return f"{'training' if learn.training else 'validation'} batch {learn.iter} of epoch {learn.epoch}"
 
-_MODEL = object()  # `_checked_call`'s default `preds`: the call is the model's, which takes no predictions
+_MODEL = object()  # `checked_call`'s default `preds`: the call is the model's, which takes no predictions
 _CARRIED_STATE = ("\nIf the missing argument is a state carried from batch to batch (an RNN's hidden state: "
                   "forward(x, hidden)), the CarryState callback feeds it: Learner(..., cbs=CarryState()), from "
                   "looplab.stateful (notebook 08c), with forward(self, x, hidden=None) returning (preds, new_hidden). "
@@ -82,7 +73,7 @@ def _model_hint(x, e: Exception) -> str:
         return _EXTRA_PARTS
     return ""
 
-def _checked_call(learn, what: str, fn: Callable, x, preds=_MODEL):
+def checked_call(learn, what: str, fn: Callable, x, preds=_MODEL):
     "`fn(x)` for the model, `fn(preds, x)` for the loss, `x` spread if a tuple or dict; an error names the batch and shapes."
     try:
         if type(x) is tuple:  # several positional inputs (or targets)
@@ -111,7 +102,7 @@ _BACKWARD_CAUSES = {  # a fragment of torch's message: its usual cause in a trai
         "pass (x += ..., x[...] = ..., an in-place activation); use the out-of-place version",
 }
 
-def _checked_backward(learn, backward: Callable, *args) -> None:
+def checked_backward(learn, backward: Callable, *args) -> None:
     "`backward(*args)`; a failure names the batch and, for a known message, its usual cause."
     try:
         backward(*args)

@@ -17,16 +17,20 @@ import warnings
 from collections import OrderedDict
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import __version__
+try:  # the version pip installed, read without importing the package face (which imports every module)
+    __version__ = metadata.version("looplab")
+except metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 # %% auto #0
-__all__ = ['FORMAT', 'FORMAT_VERSION', 'rng_state', 'set_rng_state', 'preserved_rng', 'atomic_save', 'state_digest',
-           'CheckpointError', 'write_checkpoint', 'read_checkpoint', 'read_weights']
+__all__ = ['FORMAT', 'FORMAT_VERSION', 'rng_state', 'set_rng_state', 'preserved_rng', 'atomic_save', 'as_path', 'writable_path',
+           'write_error', 'state_digest', 'CheckpointError', 'write_checkpoint', 'read_checkpoint', 'read_weights']
 
 # %% ../nbs/03c_files.ipynb #a445c3cf
 def rng_state() -> dict:
@@ -66,7 +70,7 @@ def preserved_rng():
 # %% ../nbs/03c_files.ipynb #beca4248
 def atomic_save(obj, path: str | os.PathLike) -> Path:
     "`torch.save(obj)` to `path` so that `path` holds its old content or all of the new one, whenever the process dies."
-    path = _writable_path(path)
+    path = writable_path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as f:
@@ -74,14 +78,14 @@ def atomic_save(obj, path: str | os.PathLike) -> Path:
                 torch.save(obj, f)
             except RuntimeError as e:  # torch reports a failed write (a full disk) as "[enforce fail ...]"
                 if isinstance(e.__context__, OSError):
-                    raise _write_error(path, e.__context__) from e
+                    raise write_error(path, e.__context__) from e
                 raise
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise _write_error(path, e) from e
+        raise write_error(path, e) from e
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -89,7 +93,7 @@ def atomic_save(obj, path: str | os.PathLike) -> Path:
     return path
 
 # %% ../nbs/03c_files.ipynb #359bbf7b
-def _as_path(path) -> Path:
+def as_path(path) -> Path:
     "`path` as a `Path` to a file (which need not exist yet), `~` expanded; a TypeError or ValueError says what is wrong."
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {path!r} of type {type(path).__name__}")
@@ -98,9 +102,9 @@ def _as_path(path) -> Path:
         raise ValueError(f"path={str(path)!r} is a directory; give a file name, e.g. {str(path / 'ckpt.pt')!r}")
     return path
 
-def _writable_path(path) -> Path:
-    "`_as_path(path)` (a symbolic link: the file it points to), its folder made; refused if the rename would replace a device, a pipe or a read-only file."
-    path = _as_path(path)
+def writable_path(path) -> Path:
+    "`as_path(path)` (a symbolic link: the file it points to), its folder made; refused if the rename would replace a device, a pipe or a read-only file."
+    path = as_path(path)
     if path.is_symlink():  # the rename would replace the link itself: write where it points
         path = path.resolve()
     try:
@@ -119,7 +123,7 @@ def _writable_path(path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
-def _write_error(path: Path, e: OSError) -> OSError:
+def write_error(path: Path, e: OSError) -> OSError:
     "The OSError of a failed write to `path`, saying what it was and what is left: a full disk by name."
     if e.errno == errno.ENOSPC:
         free = shutil.disk_usage(path.parent).free
@@ -199,7 +203,7 @@ FORMAT_VERSION = 1  # incremented when a change of layout makes old readers wron
 # %% ../nbs/03c_files.ipynb #f0c8a46f
 def write_checkpoint(state: dict, path: str | os.PathLike, keep_prev: bool = True) -> Path:
     "Write `state` and a header to `path` atomically; the checkpoint it replaces becomes `path.prev`."
-    path = _writable_path(path)
+    path = writable_path(path)
     header = {"format": FORMAT, "format_version": FORMAT_VERSION, "looplab_version": __version__,
               "torch_version": str(torch.__version__),
               "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -215,7 +219,7 @@ def write_checkpoint(state: dict, path: str | os.PathLike, keep_prev: bool = Tru
 # %% ../nbs/03c_files.ipynb #d502f602
 def read_checkpoint(path: str | os.PathLike) -> dict:
     "Load (`weights_only=True`) and check a checkpoint: `{'header': ..., 'state': ...}`, on the CPU."
-    path = _as_path(path)
+    path = as_path(path)
     ckpt = _load(path, "checkpoint")
     if not _is_checkpoint(ckpt):
         if _weights_of(ckpt) is not None:
@@ -343,7 +347,7 @@ def _unreadable(path: Path, problem: str, what: str = "checkpoint") -> Checkpoin
 # %% ../nbs/03c_files.ipynb #7bb77227
 def read_weights(path: str | os.PathLike) -> dict:
     "The weights at `path` as `{'model': state_dict}` (with `'optimizers'` if saved): a plain `state_dict`, learn.save's file or a checkpoint."
-    path = _as_path(path)
+    path = as_path(path)
     obj = _load(path, "weights file")
     if _is_checkpoint(obj):
         state = _verified(path, obj)["state"]

@@ -29,7 +29,7 @@ except ImportError as e:
 
 from .engine import Engine
 from .engines import DistributedDataParallelEngine, shard_dls
-from .files import CheckpointError, _as_path, _writable_path, _write_error, read_checkpoint, write_checkpoint
+from .files import CheckpointError, as_path, writable_path, write_error, read_checkpoint, write_checkpoint
 
 # %% auto #0
 __all__ = ['WHOLE_STATE_BECAUSE', 'bytes_per_rank', 'default_layers', 'shard_model', 'shard_in_place', 'whole_state_dict',
@@ -443,14 +443,14 @@ def _dcp_error(e: CheckpointException, path: Path, folder: Path, writing: bool) 
         return CheckpointError(f"the shards folder {str(folder)!r} of checkpoint {str(path)!r} could not be read "
                                f"({causes})")
     first = next(iter(e.failures.values()))[0]
-    said = _write_error(path, first) if isinstance(first, OSError) else OSError(None, f"{str(path)!r} was not written")
+    said = write_error(path, first) if isinstance(first, OSError) else OSError(None, f"{str(path)!r} was not written")
     return OSError(said.errno, f"{said.strerror}; its shards folder {folder.name!r} was not written and is removed "
                                f"({causes})")
 
 # %% ../nbs/15_fsdp.ipynb #a1f5d006
 def save_sharded(state: dict, path, keep_prev: bool = True) -> Path:
     "Every rank checks `path` and writes its shards with DCP into a new folder; then rank 0 writes the rest, naming it."
-    path = _agreed(lambda: _writable_path(path))  # before any shard: a bad target is refused on every rank
+    path = _agreed(lambda: writable_path(path))  # before any shard: a bad target is refused on every rank
     token = [secrets.token_hex(4) if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(token, src=0)  # one folder name on every rank
     kept, shards = split_shards(state)
@@ -499,7 +499,7 @@ def _named_folders(directory: Path) -> set[str]:
 # %% ../nbs/15_fsdp.ipynb #dcfcc37e
 def read_sharded(path) -> dict:
     "The checkpoint file at `path`, verified: `{'header', 'state'}`, each sharded tensor a meta tensor of its shape."
-    path = _as_path(path)
+    path = as_path(path)
     ckpt = read_checkpoint(path)
     state = ckpt["state"]
     if "shards" in state:

@@ -304,14 +304,6 @@ class GANTrainer(GANFeeder):
         self.switch(state["gen_mode"])
 
 # %% ../nbs/10_gan.ipynb #06fd86e2
-def _check_count(name: str, value) -> None:
-    "Raise a ValueError unless `value` is an int >= 1 or a callable (checked when called)."
-    if callable(value):
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1 or a callable of the other network's step count returning one, "
-                         f"got {value!r}")
-
 def _trainer(learn, switching: bool = False) -> GANTrainer:
     "The learner's GANTrainer; a ValueError if there is none, or if a switcher asks for one that trains both networks."
     found = [cb for cb in learn.cbs if isinstance(cb, GANTrainer)]
@@ -327,8 +319,9 @@ class FixedGANSwitcher(Callback):
     order = 5  # after the GANTrainer recorded the batch's loss
 
     def __init__(self, n_crit: int | Callable[[int], int] = 1, n_gen: int | Callable[[int], int] = 1):
-        _check_count("n_crit", n_crit)
-        _check_count("n_gen", n_gen)
+        for name, count in (("n_crit", n_crit), ("n_gen", n_gen)):
+            if not callable(count):  # a callable's counts are checked when it is called
+                check_int(name, count, low=1)
         self.n_crit = n_crit  # or n_crit(generator steps so far)
         self.n_gen = n_gen  # or n_gen(critic steps so far)
         self.steps = 0  # steps in the current mode
@@ -339,9 +332,7 @@ class FixedGANSwitcher(Callback):
         "How many steps the current mode takes: `n_gen` (of the critic's steps so far) or `n_crit` (of the generator's)."
         name, count, other = ("n_gen", self.n_gen, self.total_crit) if gen_mode else ("n_crit", self.n_crit, self.total_gen)
         value = count(other) if callable(count) else count
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}({other}) must return an int >= 1, got {value!r}")
-        return value
+        return check_int(f"{name}({other})", value, low=1)
 
     def on_step_end(self):
         self.steps += 1

@@ -19,11 +19,11 @@ from .callback import Callback
 from .checks import check_int
 from .gan import GANFeeder, GANTrainer, _trainer, clamp_weights
 from .gan_panels import GANAxes
-from .learner import _length
+from .data import loader_len
 from .loss_plot import FitProgress
 from .recorder import _over_ranks
 from .metrics import MeanReducer
-from .widgets import _grown_limits
+from .widgets import grown_limits
 
 # %% auto #0
 __all__ = ['GAN_COLUMNS', 'SCORE_COLUMNS', 'DCGANTrainer', 'TrainingMean', 'GANColumns', 'digit_grid', 'GANPlot']
@@ -144,7 +144,7 @@ def _grow_loss_axes(panels: GANAxes, ylim: tuple[float, float] | None, x_end: in
     losses = np.concatenate([line.get_ydata() for line in panels.lines])
     losses = losses[np.isfinite(losses)]
     if len(losses):
-        ylim = _grown_limits(ylim, float(losses.min()), float(losses.max()))
+        ylim = grown_limits(ylim, float(losses.min()), float(losses.max()))
         panels.ax_loss.set_ylim(*ylim)
     if x_end is None or n_iter > x_end:  # a loader of unknown length: double
         x_end = 2 ** math.ceil(math.log2(max(n_iter, 16)))
@@ -189,7 +189,7 @@ class GANPlot(FitProgress):
         self.trainer = _trainer(self.learn)
         g = torch.Generator().manual_seed(self.seed)
         self.fixed_noise = torch.randn(self.n_samples, *self.trainer.noise_size, generator=g)
-        per_epoch = _length(self.learn.dls.train)
+        per_epoch = loader_len(self.learn.dls.train)
         self._x_end = None if per_epoch is None else self.learn.n_iter + self.learn.n_epochs * per_epoch  # the fit's end
         self._ylim = None
 

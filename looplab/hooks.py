@@ -11,6 +11,7 @@ from typing import Callable, Iterable
 from torch import nn
 
 from .callback import Callback
+from .checks import check_bool
 
 # %% auto #0
 __all__ = ['Hook', 'Hooks', 'find_modules', 'HookCallback']
@@ -45,8 +46,7 @@ class Hook:
             raise TypeError(f"module must be a torch.nn.Module, got {module!r} of type {type(module).__name__}")
         if not callable(fn):
             raise TypeError(f"fn must be callable as fn(hook, module, inputs, outputs), got {fn!r}")
-        if not isinstance(backward, bool):
-            raise TypeError(f"backward must be True or False, got {backward!r} of type {type(backward).__name__}")
+        check_bool("backward", backward)
         self.module = module
         self.fn = fn
         self.backward = backward
@@ -207,13 +207,3 @@ class HookCallback(Callback):
         if self.hooks is not None:
             self.hooks.remove()
             self.hooks = None
-
-# %% ../nbs/07b_hooks.ipynb #3c5bcb75
-_MOVED = {name: "looplab.activations" for name in ("ActivationStats", "ActivationPlot", "activation_row")}
-
-def __getattr__(name: str):
-    "An old import path, `from looplab.hooks import ActivationStats`, served from the name's new module."
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module 'looplab.hooks' has no attribute {name!r}")

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import IterableDataset, default_collate
 
+from .checks import check_bool, check_optimizer_names, check_same_model
 from .data import _shape
 from .engine import _load_optimizer
 from .errors import _model_hint, _reworded
@@ -146,9 +147,7 @@ def _check_saved_optimizers(learn, path, state: dict) -> None:
                          "with learn.save(path, with_opt=True)")
     if not learn.opts:
         learn.create_opt()
-    if sorted(state["optimizers"]) != sorted(learn.opts):
-        raise ValueError(f"{str(path)!r} holds optimizers {sorted(state['optimizers'])}, this learner "
-                         f"{sorted(learn.opts)}: create the same ones (learn.opts) before loading")
+    check_optimizer_names(state["optimizers"], learn.opts, repr(str(path)))
     for name, opt in learn.opts.items():
         problem = optimizer_mismatch(opt, state["optimizers"][name])
         if problem:
@@ -187,27 +186,6 @@ def _unwrapped(path, saved: dict, mine: dict) -> dict:
                   UserWarning, stacklevel=3)
     return {key[len(_WRAPPED):]: value for key, value in saved.items()}
 
-def _check_same_model(path, saved: dict, mine: dict, strict: bool) -> None:
-    "Refuse `saved` if its keys (when `strict`) or its shapes differ from `mine`'s, naming each; nothing is loaded."
-    missing = [key for key in mine if key not in saved]
-    unexpected = [key for key in saved if key not in mine]
-    shapes = [f"{key} {tuple(saved[key].shape)} (this model's {tuple(mine[key].shape)})"
-              for key in mine if key in saved and saved[key].shape != mine[key].shape]
-    problems = {"missing keys (in this model, not in the file)": missing if strict else [],
-                "unexpected keys (in the file, not in this model)": unexpected if strict else [], "other shapes": shapes}
-    found = [f"{what}: {', '.join(keys)}" for what, keys in problems.items() if keys]
-    if not found:
-        return
-    if not strict:
-        fix = ("strict=False loads the keys both have, but not one of another shape (torch's load_state_dict refuses "
-               "it too): drop it from the state_dict and save that")
-    elif shapes:
-        fix = "Build the same model (the same layers and sizes) as the one that was saved"
-    else:
-        fix = ("Build the same model (the same layers and sizes) as the one that was saved, or load the keys both "
-               "have with learn.load(path, strict=False)")
-    raise ValueError(f"{str(path)!r} holds the weights of another model; {'; '.join(found)}. {fix}; nothing was loaded")
-
 # %% ../nbs/04_inference.ipynb #dc7ec7f1
 class LearnerFiles:
     "Fastai's weights files for a learner: `save` and `load` the model's weights, and the optimizers' state if asked."
@@ -225,8 +203,7 @@ class LearnerFiles:
 
     def load(self, path, with_opt: bool = False, strict: bool = True) -> None:
         "Load the weights at `path` (a `state_dict` file, `save`'s, or a checkpoint's), and the optimizers' state if `with_opt`; `strict=False` loads the keys file and model share."
-        if not isinstance(strict, bool):
-            raise TypeError(f"strict must be True or False, got {strict!r}")
+        check_bool("strict", strict)
         if with_opt and not strict:
             raise ValueError("load(path, with_opt=True, strict=False): an optimizer's state follows the parameters "
                              "in order, all of them, so it fits only the whole model; load the weights with "
@@ -236,7 +213,10 @@ class LearnerFiles:
         state = read_weights(path)
         mine = self.engine.unwrap_model(self.model).state_dict()
         saved = _unwrapped(path, state["model"], mine)
-        _check_same_model(path, saved, mine, strict)
+        try:
+            check_same_model(saved, mine, repr(str(path)), strict, partial_load="learn.load(path, strict=False)")
+        except ValueError as e:
+            raise ValueError(f"{e}; nothing was loaded") from None
         if with_opt:
             _check_saved_optimizers(self, path, state)
         left = [key for key in mine if key not in saved], [key for key in saved if key not in mine]

@@ -22,15 +22,16 @@ from torch import nn
 from .callback import (Callback, CallbackHandler, CancelBackwardException, CancelBatchException,
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException, _check_owner)
-from .data import default_split_batch, set_seed
+from .data import default_split_batch, loader_len
 from .engine import closure_refusal, move_optimizer_state, needs_closure
-from .errors import _as_engine, _check_learner_args, _checked_backward, _checked_call, _checked_lr
+from .checks import check_int, check_lr, check_mid_epoch
+from .errors import as_engine, check_learner_args, checked_backward, checked_call
 from .inference import LearnerFiles, LearnerInference
 from .metrics import as_reducers
 from .recorder import ProgressCallback, Recorder
 
 # %% auto #0
-__all__ = ['LearnerBase', 'Learner']
+__all__ = ['LoopState', 'LearnerBase', 'Learner']
 
 # %% ../nbs/04_learner.ipynb #72649173
 def _as_list(cbs) -> list:
@@ -40,13 +41,6 @@ def _as_list(cbs) -> list:
     if isinstance(cbs, (list, tuple)):
         return list(cbs)
     return [cbs]
-
-def _length(dl) -> int | None:
-    "`len(dl)`, or None for a loader without a length (an iterable dataset, a generator)."
-    try:
-        return len(dl)
-    except TypeError:
-        return None
 
 # %% ../nbs/04_learner.ipynb #0c476a99
 _PHASES = {name: (f"on_{name}_begin", f"on_{name}_end", f"on_{name}_cancel", cancel)
@@ -64,7 +58,7 @@ def _check_train_data(learn) -> None:
                         "once: every epoch after the first would be empty. Pass something that can be iterated "
                         "again: a list of batches, a torch DataLoader, DataLoaders.from_tensors(...), or an "
                         "object whose __iter__ returns a new generator each time")
-    if _length(learn.dls.train) == 0 and getattr(learn.train_order, "start_iter", 0) == 0:
+    if loader_len(learn.dls.train) == 0 and getattr(learn.train_order, "start_iter", 0) == 0:
         raise ValueError("the training dataloader dls.train is empty (0 batches): check the dataset's length "
                          "and that batch_size is not larger than the dataset with drop_last=True")
 
@@ -80,7 +74,7 @@ def _prepare_opts(learn, lr: float | None) -> None:
         if refusal is not None:
             raise ValueError(refusal)
     if lr is not None:
-        learn.lr = _checked_lr(lr)
+        learn.lr = check_lr(lr)
         for opt in learn.opts.values():  # every optimizer: a GAN's generator and critic alike
             for group in opt.param_groups:
                 group["lr"] = lr
@@ -110,9 +104,9 @@ class _Stop(CancelFitException):
 
 def _settle_stop(learn) -> None:
     "After an interrupt: mark a training batch cut short (no exact position) and clear its half-made gradients."
-    learn._cut_short = learn._where == "train" and learn.n_iter != learn._done_n_iter
-    learn._stop_asked = False  # a press while on_train_end draws asks again: only a second one cuts it short
-    if learn._cut_short:
+    learn.loop.cut_short = learn.loop.phase == "train" and learn.n_iter != learn.loop.done_n_iter
+    learn.loop.stop_asked = False  # a press while on_train_end draws asks again: only a second one cuts it short
+    if learn.loop.cut_short:
         for opt in learn.opts.values():
             opt.zero_grad()  # the half batch's gradients must not reach the next fit's first step
 
@@ -121,24 +115,24 @@ def _stop_line(learn, interrupt: BaseException) -> str:
     name = "KeyboardInterrupt" if isinstance(interrupt, _Stop) else type(interrupt).__name__
     epoch = f"epoch {learn.epoch + 1}/{learn.n_epochs}"
     batch = f"batch {learn.iter + 1}" + (f"/{learn.epoch_len}" if learn.epoch_len is not None else "")
-    if learn._cut_short:
+    if learn.loop.cut_short:
         return (f"fit stopped by {name} inside {batch} of {epoch}, before that batch ended: "
                 "the learner can fit again, but this moment has no exact position to checkpoint (see learn.position)")
     places = {"train": f"at {epoch}, after {batch}", "validate": f"in the validation of {epoch}",
               "epoch_end": f"at the end of {epoch}", "idle": "outside the epochs (in on_train_begin or on_train_end)"}
-    return f"fit stopped by {name} {places[learn._where]}; the learner is consistent: fit again or checkpoint it"
+    return f"fit stopped by {name} {places[learn.loop.phase]}; the learner is consistent: fit again or checkpoint it"
 
 @contextmanager
 def _stop_between_batches(learn):
     "While `fit` runs, the first SIGINT asks `learn` to stop after the batch; the second raises at once."
-    learn._stop_asked = False
-    learn._cut_short = False
+    learn.loop.stop_asked = False
+    learn.loop.cut_short = False
     learn.stopped = None
-    learn._done_n_iter = learn.n_iter
+    learn.loop.done_n_iter = learn.n_iter
     def ask(signum, frame):
-        if learn._stop_asked:
+        if learn.loop.stop_asked:
             raise KeyboardInterrupt  # a second press: stop now, wherever the loop is
-        learn._stop_asked = True
+        learn.loop.stop_asked = True
     handler = signal.getsignal(signal.SIGINT)  # Python's, or `_press_after_stop` after a stop earlier in this cell
     own = (threading.current_thread() is threading.main_thread() and learn.engine.world_size == 1
            and handler in (signal.default_int_handler, _press_after_stop))
@@ -146,14 +140,14 @@ def _stop_between_batches(learn):
         signal.signal(signal.SIGINT, ask)
     try:
         yield
-        if learn._stop_asked and learn.stopped is None:  # pressed in on_train_end, after the epochs
+        if learn.loop.stop_asked and learn.stopped is None:  # pressed in on_train_end, after the epochs
             raise _Stop
     except (KeyboardInterrupt, _Stop) as interrupt:  # or pressed twice there: fit still ends with the one line
         if learn.stopped is None:
             _settle_stop(learn)
             learn.stopped = _stop_line(learn, interrupt)
     finally:
-        learn._stop_asked = False  # validate() after this fit must not stop
+        learn.loop.stop_asked = False  # validate() after this fit must not stop
         if own and not (learn.stopped is not None and _hold_presses()):
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -195,20 +189,43 @@ def _hold_presses() -> bool:
     return True
 
 # %% ../nbs/04_learner.ipynb #9c600ed9
-def _position(learn) -> tuple[int, int]:
-    "(epoch, batch) where `learn`'s run, paused now, would continue; refused after a stop inside a training batch."
-    if learn._cut_short and learn._where == "idle" and learn._resume is None:  # a loaded state has its position
-        raise ValueError(f"learn.position has no exact answer: {learn.stopped.split(':')[0]}, so the weights, "
-                         "optimizer and random generators hold part of a batch, and a checkpoint of this moment "
-                         "would not resume as the uninterrupted run. Fit again, and checkpoint after a stop "
-                         "between two batches (press Stop once: the fit ends after the current batch)")
-    if learn._where == "train":
-        return learn.epoch, learn.iter + 1  # the current training batch counts as done
-    if learn._where == "validate":
-        return learn.epoch, learn._train_stop
-    if learn._where == "epoch_end":
-        return learn.epoch + 1, 0
-    return learn._idle_position
+class LoopState:
+    "Where a run stands: the loop's phase, where a pause would continue, what the next fit resumes, what a stop left."
+    def __init__(self):
+        self.phase = "idle"  # idle, train, validate or epoch_end: set by the loop as it goes
+        self.in_batch = False  # inside a training batch, before its zero_grad: no checkpoint can resume here
+        self.trained = 0  # training batches of the current epoch, once its training part ended
+        self.idle_at = (0, 0)  # (epoch, batch) where the run stands between fits
+        self.resume = None  # (epoch, batch, restore) for the next fit, or None
+        self.done_n_iter = 0  # `n_iter` when the last training batch ended (or the fit began)
+        self.stop_asked = False  # an interrupt asked this fit to stop after the current batch
+        self.cut_short = False  # the last stop came inside a training batch: no exact position
+
+    def position(self, epoch: int, iter: int, stopped: str | None) -> tuple[int, int]:
+        "(epoch, batch) where the run, paused now, would continue; refused after a stop inside a training batch."
+        if self.cut_short and self.phase == "idle" and self.resume is None:  # a loaded state has its position
+            raise ValueError(f"learn.position has no exact answer: {stopped.split(':')[0]}, so the weights, "
+                             "optimizer and random generators hold part of a batch, and a checkpoint of this moment "
+                             "would not resume as the uninterrupted run. Fit again, and checkpoint after a stop "
+                             "between two batches (press Stop once: the fit ends after the current batch)")
+        if self.phase == "train":
+            return epoch, iter + 1  # the current training batch counts as done
+        if self.phase == "validate":
+            return epoch, self.trained
+        if self.phase == "epoch_end":
+            return epoch + 1, 0
+        return self.idle_at
+
+    def batch_over(self, n_iter: int) -> None:
+        "A batch ended (or was cancelled): a stop now comes between two batches."
+        self.done_n_iter = n_iter
+        self.in_batch = False
+
+    def fit_over(self, position: tuple[int, int]) -> None:
+        "The fit left its epochs, standing at `position`."
+        self.idle_at = position
+        self.phase = "idle"
+        self.in_batch = False  # an interrupt inside a batch is `position`'s to refuse (above)
 
 # %% ../nbs/04_learner.ipynb #b691fd70
 class LearnerBase:
@@ -216,14 +233,14 @@ class LearnerBase:
     def __init__(self, model: nn.Module, dls, loss_func: Callable = nn.functional.cross_entropy,
                  opt_func: Callable = torch.optim.SGD, lr: float = 0.1, cbs=None, metrics=None, engine=None,
                  split_batch: Callable = default_split_batch, progress: bool | ProgressCallback = True):
-        _check_learner_args(model, dls, progress, loss_func=loss_func, opt_func=opt_func, split_batch=split_batch)
+        check_learner_args(model, dls, progress, loss_func=loss_func, opt_func=opt_func, split_batch=split_batch)
         self.model = model
-        self.engine = _as_engine(engine)
+        self.engine = as_engine(engine)
         self.dls = self.engine.prepare_dls(dls)  # a DDP engine gives each rank its shard
         self.loss_func = loss_func
         self.opt_func = opt_func
         self.split_batch = split_batch
-        self.lr = _checked_lr(lr)
+        self.lr = check_lr(lr)
         self.metrics = as_reducers(metrics)
         self.opts: dict[str, torch.optim.Optimizer] = {}
         self.opt = None
@@ -235,13 +252,7 @@ class LearnerBase:
         self.training = self.step_skipped = False
         self.dl = self.xb = self.yb = self.preds = self.loss = self.loss_grad = None
         self.stopped: str | None = None  # the line that says where an interrupt stopped the last fit
-        self._stop_asked = self._cut_short = False  # Stop's state (above): asked during this fit, a batch cut short
-        self._done_n_iter = 0  # `n_iter` when the last training batch ended (or the fit began)
-        self._mid_batch = False  # inside a training batch, before its zero_grad: no checkpoint can resume here
-        self._where = "idle"  # idle, train, validate or epoch_end: set by the loop as it goes
-        self._idle_position = (0, 0)  # where the run stands between fits
-        self._train_stop = 0  # training batches of the current epoch, once its training part ended
-        self._resume = None  # (epoch, batch, restore) for the next fit
+        self.loop = LoopState()  # where the run stands (above)
         self.recorder = Recorder()
         self.progress = progress if isinstance(progress, ProgressCallback) else ProgressCallback()
         self.cbh = CallbackHandler(learn=self)
@@ -290,7 +301,7 @@ class LearnerBase:
     @property
     def position(self) -> tuple[int, int]:
         "(epoch, batch) where a run paused now would continue; the current training batch counts as done."
-        return _position(self)
+        return self.loop.position(self.epoch, self.iter, self.stopped)
 
     @property
     def can_start_mid_epoch(self) -> bool:
@@ -300,30 +311,26 @@ class LearnerBase:
     @property
     def resuming(self) -> bool:
         "Whether the next `fit` continues a paused run (`resume_at`) rather than starting at epoch 0."
-        return self._resume is not None
+        return self.loop.resume is not None
 
     def resume_at(self, epoch: int, batch: int, restore: Callable[[], None]) -> None:
         "Make the next `fit` start at `batch` of `epoch`, calling `restore()` where the loop stood when paused."
-        if batch and not self.can_start_mid_epoch:
-            raise ValueError(f"this run paused in the middle of epoch {epoch} (after batch {batch}), but "
-                             "dls.train cannot start mid-epoch: build it with DataLoaders.from_tensors, give it a "
-                             "batch sampler with set_epoch and set_start_iter (e.g. looplab.data.EpochBatchSampler), "
-                             "or wrap a loader that saves its own position (torchdata's StatefulDataLoader) in "
-                             "looplab.resume.StatefulLoader")
-        self._idle_position = (epoch, batch)
-        self._resume = (epoch, batch, restore)
+        check_mid_epoch(not batch or self.can_start_mid_epoch,
+                        f"this run paused in the middle of epoch {epoch} (after batch {batch})", self.dls.train)
+        self.loop.idle_at = (epoch, batch)
+        self.loop.resume = (epoch, batch, restore)
 
     def set_position(self, epoch: int, batch: int) -> None:
         "Say that the run stands at (`epoch`, `batch`), with nothing to resume: the next `fit` starts at epoch 0."
-        self._idle_position = (epoch, batch)
-        self._resume = None
-        self._cut_short = False
+        self.loop.idle_at = (epoch, batch)
+        self.loop.resume = None
+        self.loop.cut_short = False
 
 # %% ../nbs/04_learner.ipynb #685ff77f
 @contextmanager
 def _resume_kept(learn, n_epochs: int):
     "(epoch, batch, restore) where `fit(n_epochs)` continues: pending, the optimizers as they were, until restored."
-    pending = learn._resume
+    pending = learn.loop.resume
     if pending is None:
         yield 0, 0, None
         return
@@ -340,11 +347,11 @@ def _resume_kept(learn, n_epochs: int):
 
     def restore_once():
         restore()
-        learn._resume = None
+        learn.loop.resume = None
     try:
         yield epoch, batch, restore_once
     finally:
-        if learn._resume is pending:  # refused, cancelled or stopped before the restore: as if never begun
+        if learn.loop.resume is pending:  # refused, cancelled or stopped before the restore: as if never begun
             learn.opts, learn.opt, learn.lr = opts, opt, lr
             for group, saved in settings:
                 for key in set(group) - set(saved) - {"params"}:
@@ -356,68 +363,68 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
     "A model, its data, loss function, optimizers and engine; `fit` trains them, calling the callbacks at every event."
     def fit(self, n_epochs: int, lr: float | None = None, cbs=None) -> None:
         "Train for `n_epochs` epochs (at LR `lr` if given); `cbs` are attached for this call only."
-        if isinstance(n_epochs, bool) or not isinstance(n_epochs, int) or n_epochs < 0:
-            raise ValueError(f"n_epochs must be an int >= 0, got {n_epochs!r}")
+        check_int("n_epochs", n_epochs, 0)
         _check_train_data(self)
         fit_cbs = _as_list(cbs)
         self.cbh.add(*fit_cbs)  # all of them, or none if one is refused
         self.n_epochs = n_epochs
         try:
             _check_owner(self.cbh)
-            with (_resume_kept(self, n_epochs) as (first_epoch, first_iter, restore),
-                  _stop_between_batches(self)):
-                self.model = self.engine.init_components(self.model)
-                try:
-                    _prepare_opts(self, lr)
-                    self.cbh.running = tuple(self.cbh.cbs)  # a callback removed from now on is closed as it goes
-                    self.cbh("on_train_begin")
-                    if self.clip_fn is not None and not callable(self.clip_fn):
-                        raise TypeError(f"learn.clip_fn must be None or callable as clip_fn(params), e.g. lambda "
-                                        f"params: torch.nn.utils.clip_grad_norm_(params, 1.0); got {self.clip_fn!r}")
-                    if restore is not None and first_epoch >= n_epochs:
-                        restore()
-                    for epoch in range(first_epoch, n_epochs):
-                        self.epoch = epoch
-                        self._do_epoch(first_iter if epoch == first_epoch else 0, restore if epoch == first_epoch else None)
-                except (KeyboardInterrupt, _Stop) as interrupt:
-                    _settle_stop(self)
-                    self.stopped = _stop_line(self, interrupt)
-                except CancelFitException:
-                    pass
-                finally:
-                    self._idle_position = self.position
-                    self._where = "idle"
-                    self._mid_batch = False  # an interrupt inside a batch is `position`'s to refuse (above)
-                    self.cbh.running = ()  # on_train_end closes them all now
-                    try:
-                        self.cbh("on_train_end")
-                    finally:
-                        self.model = self.engine.deinit_components(self.model)
+            with _resume_kept(self, n_epochs) as start, _stop_between_batches(self):
+                self._fit(lr, *start)
         finally:
             self.cbh.remove(*[cb for cb in fit_cbs if any(cb is c for c in self.cbh.cbs)])
         if self.stopped is not None:  # an interrupt stopped the fit, and every `finally` above has run
             raise _stop_error(self.stopped) from None  # one line, not the traceback through the loop
 
+    def _fit(self, lr: float | None, first_epoch: int, first_iter: int, restore) -> None:
+        "The engine's model, `on_train_begin`, the epochs from (`first_epoch`, `first_iter`); `on_train_end` whatever happens."
+        self.model = self.engine.init_components(self.model)
+        try:
+            _prepare_opts(self, lr)
+            self.cbh.running = tuple(self.cbh.cbs)  # a callback removed from now on is closed as it goes
+            self.cbh("on_train_begin")
+            if self.clip_fn is not None and not callable(self.clip_fn):
+                raise TypeError(f"learn.clip_fn must be None or callable as clip_fn(params), e.g. lambda "
+                                f"params: torch.nn.utils.clip_grad_norm_(params, 1.0); got {self.clip_fn!r}")
+            if restore is not None and first_epoch >= self.n_epochs:
+                restore()
+            for epoch in range(first_epoch, self.n_epochs):
+                self.epoch = epoch
+                self._do_epoch(first_iter if epoch == first_epoch else 0, restore if epoch == first_epoch else None)
+        except (KeyboardInterrupt, _Stop) as interrupt:
+            _settle_stop(self)
+            self.stopped = _stop_line(self, interrupt)
+        except CancelFitException:
+            pass
+        finally:
+            self.loop.fit_over(self.position)
+            self.cbh.running = ()  # on_train_end closes them all now
+            try:
+                self.cbh("on_train_end")
+            finally:
+                self.model = self.engine.deinit_components(self.model)
+
     def _do_epoch(self, first_iter: int, resume) -> None:
-        self._where = "train"
+        self.loop.phase = "train"
         self.iter = first_iter - 1  # the last batch already trained on: none yet in this epoch
         order = self.train_order
         if order is not None:
             order.set_epoch(self.epoch)
-        self.epoch_len = _length(self.dls.train)  # before set_start_iter: the whole epoch's length
+        self.epoch_len = loader_len(self.dls.train)  # before set_start_iter: the whole epoch's length
         if order is not None and first_iter:
             order.set_start_iter(first_iter)
         if resume is not None and first_iter == 0:
             resume()  # paused at the end of the previous epoch: continue from before on_epoch_begin
             resume = None
         self._phase("epoch", self._epoch, first_iter, resume)
-        if self._stop_asked:
+        if self.loop.stop_asked:
             raise _Stop()  # asked during on_epoch_end
 
     def _epoch(self, first_iter: int, resume) -> None:
         self._train_epoch(first_iter, resume)
         self._validate_epoch(self.dls.valid)
-        self._where = "epoch_end"
+        self.loop.phase = "epoch_end"
 
     def _train_epoch(self, first_iter: int, resume) -> None:
         self.training = True
@@ -435,14 +442,14 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
             self.n_iter += 1
             self.xb, self.yb = self.split_batch(self.engine.sync_device(batch) if move else batch)
             self._do_batch()
-        self._train_stop = self.iter + 1
-        if self._train_stop == 0:
+        self.loop.trained = self.iter + 1
+        if self.loop.trained == 0:
             raise ValueError("the training dataloader dls.train yielded no batch in this epoch")
 
     def _validate_epoch(self, dl) -> None:
         if dl is None:
             return
-        self._where = "validate"
+        self.loop.phase = "validate"
         self.training = False
         self.model.eval()
         self.dl = dl
@@ -457,16 +464,14 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
                 self._do_batch()
 
     def _do_batch(self) -> None:
-        self._mid_batch = self.training
+        self.loop.in_batch = self.training
         try:
             self._phase("batch", self._batch)
         except CancelException:
-            self._done_n_iter = self.n_iter  # on_batch_cancel ran: the batch is over
-            self._mid_batch = False
+            self.loop.batch_over(self.n_iter)  # on_batch_cancel ran: the batch is over
             raise
-        self._done_n_iter = self.n_iter
-        self._mid_batch = False
-        if self._stop_asked:
+        self.loop.batch_over(self.n_iter)
+        if self.loop.stop_asked:
             raise _Stop()  # between two batches: a position a checkpoint resumes exactly
 
     def _batch(self) -> None:
@@ -477,18 +482,18 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
             self.step_skipped = False
             self._phase("step", self._step)
             self._phase("zero_grad", self._zero_grad)
-            self._mid_batch = False  # on_batch_end sees a finished batch
+            self.loop.in_batch = False  # on_batch_end sees a finished batch
 
     def _forward(self) -> None:
         if self.training:
             self.engine.before_forward(self.model, self.sync_grads)  # DDP: sync this batch's gradients or not
         with self.engine.autocast():
-            self.preds = _checked_call(self, "the model", self.model, self.xb)
+            self.preds = checked_call(self, "the model", self.model, self.xb)
             self.cbh("on_loss_begin")
-            self.loss_grad = _checked_call(self, "loss_func", self.loss_func, self.yb, preds=self.preds)
+            self.loss_grad = checked_call(self, "loss_func", self.loss_func, self.yb, preds=self.preds)
 
     def _backward(self) -> None:
-        _checked_backward(self, self.engine.backward_loss, self.loss_grad, self.model, self.opt, self.sync_grads)
+        checked_backward(self, self.engine.backward_loss, self.loss_grad, self.model, self.opt, self.sync_grads)
 
     def _step(self) -> None:
         self.step_skipped = not _optimizer_step(self)
@@ -517,13 +522,13 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
         if dl is None:
             raise ValueError("no validation data: dls.valid is None and no dl was given")
         _check_owner(self.cbh)
-        where = self._where
+        phase = self.loop.phase
         self.model = self.engine.init_components(self.model)
         try:
             self._validate_epoch(dl)
         finally:
             self.model = self.engine.deinit_components(self.model)
-            self._where = where  # a checkpoint taken later still points where training stood
+            self.loop.phase = phase  # a checkpoint taken later still points where training stood
         if self.recorder.last_valid is None:
             raise ValueError("the validation pass saw no batch: the validation loader is empty")
         return dict(self.recorder.last_valid)

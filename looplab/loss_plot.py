@@ -17,13 +17,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogFormatter, MaxNLocator
 
 from .checks import check_number
-from .learner import _length
-from .progress import _number
+from .data import loader_len
+from .progress import table_number
 from .recorder import Recorder, _Smoother, _from_zero
-from .widgets import FigurePlot, LivePlot, _grown_limits, _hold_batches
+from .widgets import FigurePlot, LivePlot, grown_limits, hold_batches
 
 # %% auto #0
-__all__ = ['LossChart', 'FitTime', 'FitProgress', 'LossPlot', 'compare_runs']
+__all__ = ['log_y', 'few_ticks', 'frame_figure', 'LossChart', 'FitTime', 'FitProgress', 'LossPlot', 'compare_runs']
 
 # %% ../nbs/05b_loss_plot.ipynb #a7e3f1c2
 class _PlainLogFormatter(LogFormatter):
@@ -32,13 +32,13 @@ class _PlainLogFormatter(LogFormatter):
         label = super().__call__(x, pos)  # '' where the tick stays unlabelled
         return label and self.fix_minus(f"{x:g}")
 
-def _log_y(ax) -> None:
+def log_y(ax) -> None:
     "A log-scale y axis with narrow tick labels."
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(_PlainLogFormatter())
     ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))  # labels between decades on a short axis
 
-def _few_ticks(ax, y_ticks: list[float] | None = None) -> None:
+def few_ticks(ax, y_ticks: list[float] | None = None) -> None:
     "Three to five ticks an axis (the y axis's at `y_ticks` if given), at round numbers: each is five artists and a label."
     ax.xaxis.set_major_locator(MaxNLocator(4, integer=True, steps=[1, 2, 2.5, 5, 10]))  # 0, 2500, 5000, 7500
     if y_ticks is not None:
@@ -46,7 +46,7 @@ def _few_ticks(ax, y_ticks: list[float] | None = None) -> None:
     elif ax.get_yscale() == "linear":  # a log axis keeps its decades
         ax.yaxis.set_major_locator(MaxNLocator(4, steps=[1, 2, 5, 10]))  # 0, 0.1, 0.2: no 0.025 to read
 
-def _frame(fig: Figure, left: float = 0.9, wspace: float = 0.35) -> None:
+def frame_figure(fig: Figure, left: float = 0.9, wspace: float = 0.35) -> None:
     "Fixed margins (`left` in inches); each axes' legend in rows above it, under its title; room at the top for both."
     width, height = fig.get_size_inches()
     fig.subplots_adjust(left=left / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.35 / height,
@@ -80,9 +80,9 @@ def _loss_axes(fig: Figure, beta: float, log: bool, n_batches: int | None) -> li
     ax.set_ylabel("loss")
     ax.set_xlim(0, n_batches or 16)
     if log:
-        _log_y(ax)
-    _few_ticks(ax)
-    _frame(fig)
+        log_y(ax)
+    few_ticks(ax)
+    frame_figure(fig)
     return [raw, smooth, valid]
 
 # %% ../nbs/05b_loss_plot.ipynb #02158fa3
@@ -118,7 +118,7 @@ class _LossRecord(LivePlot):
         self._first = len(_attached_recorder(self.learn, self).losses)  # batches of earlier fits are not drawn
         self._beta = self.beta if self.beta is not None else self.learn.recorder.fits[-1][1]
         self._clear()
-        self._per_epoch = _length(self.learn.dls.train)
+        self._per_epoch = loader_len(self.learn.dls.train)
         self._total = None if self._per_epoch is None else self.learn.n_epochs * self._per_epoch
 
     def _collect(self) -> None:
@@ -170,12 +170,12 @@ class LossChart(_LossRecord):
         lines[2].set_marker("o" if len(self.valid_losses) <= 40 else "")  # hundreds of dots would hide the curves
         held = [v for v in self._finite + self.smooth if math.isfinite(v) and (v > 0 or not self.log)]  # all curves
         if held:
-            self._ylim = _grown_limits(self._ylim if grow else None, min(held), max(held), self.log)
+            self._ylim = grown_limits(self._ylim if grow else None, min(held), max(held), self.log)
             ax.set_ylim(*self._ylim)
         if not grow:  # the final picture, or plot(): the x axis holds what was done (a stopped fit: no empty tail)
             ax.set_xlim(0, max(len(self.losses), 1))
         elif self._total is None:
-            _hold_batches([ax], len(self.losses))
+            hold_batches([ax], len(self.losses))
 
 # %% ../nbs/05b_loss_plot.ipynb #3ceec5d4
 def _attached_recorder(learn, plot) -> Recorder:
@@ -234,7 +234,7 @@ class FitProgress(LivePlot):
     tick_ms = 250
 
     def on_train_begin(self):
-        self._per_epoch = _length(self.learn.dls.train)
+        self._per_epoch = loader_len(self.learn.dls.train)
         self._total = None if self._per_epoch is None else self.learn.n_epochs * self._per_epoch
         self.time = FitTime(self._total)
         self._epochs_done = 0
@@ -298,15 +298,15 @@ class LossPlot(LossChart, FitProgress):
     "Live chart of the training and validation losses, with a progress bar (in a notebook) or a progress line, and the time left."
     def _figures(self) -> list[str]:
         "The smoothed loss."
-        return [f"loss {_number(self.smooth[-1])}"] if self.smooth else []
+        return [f"loss {table_number(self.smooth[-1])}"] if self.smooth else []
 
     def _summary(self) -> str:
         "What the fit did, in one line."
         if not self.losses:
             return "no training batch"
-        parts = [f"{len(self.losses)} training batches in {_duration(self.time.clock() - self.time.start)}", f"loss {_number(self.smooth[-1])}"]
+        parts = [f"{len(self.losses)} training batches in {_duration(self.time.clock() - self.time.start)}", f"loss {table_number(self.smooth[-1])}"]
         if self.valid_losses:
-            parts.append(f"valid loss {_number(self.valid_losses[-1])}")
+            parts.append(f"valid loss {table_number(self.valid_losses[-1])}")
         return " · ".join(parts)
 
     def on_epoch_end(self):
@@ -373,8 +373,8 @@ def compare_runs(runs: Mapping[str, object], beta: float | None = None, log: boo
     for ax, key in zip(axes, panels):
         ax.set_ylabel(key.replace("_", " "))
         if log and key in ("train_loss", "valid_loss"):
-            _log_y(ax)
-    _frame(fig, left=0.75, wspace=0.45)  # the runs' legend above the first panel, off the curves
+            log_y(ax)
+    frame_figure(fig, left=0.75, wspace=0.45)  # the runs' legend above the first panel, off the curves
     return fig
 
 # %% ../nbs/05b_loss_plot.ipynb #ccd20a1b

@@ -13,11 +13,10 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from .callback import Callback, CancelFitException, CancelValidateException
-from .checks import check_int, check_number
-from .learner import _length
+from .checks import check_int, check_lr, check_number
+from .data import loader_len
 from .recorder import smooth
 from .run_state import learner_state, load_learner_state
-from .schedule import _check_lr
 from .widgets import FigurePlot, in_notebook
 
 # %% auto #0
@@ -30,7 +29,7 @@ class LRFinder(Callback):
 
     def __init__(self, start_lr: float = 1e-7, end_lr: float = 10.0, n_steps: int = 100, stop_div: bool = True,
                  beta: float = 0.98):
-        _check_lr(start_lr, "start_lr")
+        check_lr(start_lr, "start_lr", per_group=True)
         if not isinstance(end_lr, (int, float)) or not end_lr > start_lr:
             raise ValueError(f"end_lr must be a number > start_lr={start_lr!r}, got {end_lr!r}")
         check_int("n_steps", n_steps, low=2)
@@ -133,7 +132,7 @@ def lr_find(learn, start_lr: float = 1e-7, end_lr: float = 10.0, n_steps: int = 
                          "would start in the middle of that run and use up its resume: run lr_find before loading "
                          "the checkpoint, or on a learner of its own")
     finder = LRFinder(start_lr, end_lr, n_steps, stop_div, beta)
-    per_epoch = _length(learn.dls.train)
+    per_epoch = loader_len(learn.dls.train)
     n_epochs = n_steps if per_epoch is None else math.ceil(n_steps / per_epoch)
     before = copy.deepcopy(learner_state(learn, warn=False))  # a copy: the sweep changes the tensors it holds
     try:

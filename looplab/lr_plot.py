@@ -11,11 +11,11 @@ from typing import Callable
 from matplotlib.figure import Figure
 
 from .checks import check_int
-from .learner import _length
-from .loss_plot import _few_ticks, _frame, _log_y
+from .data import loader_len
+from .loss_plot import few_ticks, frame_figure, log_y
 from .recorder import group_momentum
 from .schedule import dry_run_scheduler
-from .widgets import LivePlot, _grown_limits
+from .widgets import LivePlot, grown_limits
 
 # %% auto #0
 __all__ = ['LRPlan', 'LRPlot']
@@ -55,9 +55,9 @@ def _lr_axes(fig: Figure, planned: dict, n_groups: int, mom: bool, log: bool) ->
         ax.set_xlabel("training step (batch)")
         ax.set_ylabel(ylabel)
         if kind == "lr" and log:
-            _log_y(ax)
-        _few_ticks(ax)
-    _frame(fig)
+            log_y(ax)
+        few_ticks(ax)
+    frame_figure(fig)
     return actual
 
 # %% ../nbs/06a_lr_plot.ipynb #c4a91e07
@@ -122,7 +122,7 @@ class LRPlan(LivePlot):
             if held:
                 current = self._ylims.get(kind) if grow else None
                 if kind == "lr":
-                    ylim = _grown_limits(current, min(held), max(held), log)
+                    ylim = grown_limits(current, min(held), max(held), log)
                 else:  # momentum: a narrow band, which an axis from 0 would squash
                     ylim = _band_limits(current, min(held), max(held))
                 ax.set_ylim(*ylim)
@@ -136,7 +136,7 @@ class LRPlot(LRPlan):
 
     def _begin(self) -> None:
         learn = self.learn
-        per_epoch = _length(learn.dls.train)
+        per_epoch = loader_len(learn.dls.train)
         self._fit_steps = None if per_epoch is None else learn.n_epochs * per_epoch
         has_plan = self.sched_fn is not None or self.mom_fn is not None or self.scheduler is not None
         if has_plan and not any(self.planned.values()):

@@ -17,8 +17,8 @@ import torch
 
 from .callback import Callback, CancelFitException
 from .checks import check_int, check_number
-from .files import _as_path
-from .learner import set_seed
+from .files import as_path
+from .data import set_seed
 from .loss_plot import compare_runs
 
 # %% auto #0
@@ -101,7 +101,7 @@ class EarlyStopping(MonitorCallback):
 # %% ../nbs/08b_monitoring.ipynb #fef615f2
 def _keeps_current_weights(learn, cb: Callback, held: str) -> bool:
     "Whether `cb` is closed because it was removed mid-fit, not at the fit's end; if so, a warning says the weights stay and where `held` is."
-    if learn._where == "idle" and not learn.cbh.running:  # the fit's end: the loop left its epochs, `running` emptied
+    if learn.loop.phase == "idle" and not learn.cbh.running:  # the fit's end: the loop left its epochs, `running` emptied
         return False
     warnings.warn(f"{type(cb).__name__} was removed in the middle of the fit (learn.epoch {learn.epoch}), so it loads "
                   f"nothing: the model keeps its current weights and trains on from them; {held}", UserWarning,
@@ -116,7 +116,7 @@ class SaveBestModel(MonitorCallback):
     def __init__(self, monitor: str = "valid_loss", mode: str = "auto", min_delta: float = 0.0,
                  path: str | Path | None = None):
         super().__init__(monitor, mode, min_delta)
-        self.path = None if path is None else _as_path(path)  # `~` expanded; a folder refused now, not after an epoch
+        self.path = None if path is None else as_path(path)  # `~` expanded; a folder refused now, not after an epoch
         self.best_epoch = None
         self.weights: dict[str, torch.Tensor] = {}
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from .checks import check_int
+from .samplers import MASK64
 
 # %% auto #0
-__all__ = ['FeistelPermutation']
+__all__ = ['GOLDEN', 'mix64', 'mix64_array', 'FeistelPermutation']
 
 # %% ../nbs/11c_permutation.ipynb #57907f6b
-_MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: SplitMix64's increment
+GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: SplitMix64's increment
 _MIX1 = 0xBF58476D1CE4E5B9
 _MIX2 = 0x94D049BB133111EB
 _ROUNDS = 4  # Luby and Rackoff: four rounds of a good round function make a strong pseudo-random permutation
@@ -22,15 +22,15 @@ _MAX_N = 1 << 63  # positions and items must fit in int64
 _CHUNK = 16384  # the most positions computed at once: a chunk and its temporaries stay in the processor's cache
 
 # %% ../nbs/11c_permutation.ipynb #24fe4650
-def _mix64(z: int) -> int:
+def mix64(z: int) -> int:
     "SplitMix64's finalizer: a bijection of 64-bit integers in which every input bit affects every output bit."
-    z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
-    z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
+    z = ((z ^ (z >> 30)) * _MIX1) & MASK64
+    z = ((z ^ (z >> 27)) * _MIX2) & MASK64
     return z ^ (z >> 31)
 
 # %% ../nbs/11c_permutation.ipynb #2f252b68
-def _mix64_array(z: np.ndarray) -> np.ndarray:
-    "`_mix64` on a uint64 array, in place (array products wrap modulo 2**64 silently)."
+def mix64_array(z: np.ndarray) -> np.ndarray:
+    "`mix64` on a uint64 array, in place (array products wrap modulo 2**64 silently)."
     z ^= z >> np.uint64(30)
     z *= np.uint64(_MIX1)
     z ^= z >> np.uint64(27)
@@ -41,8 +41,8 @@ def _mix64_array(z: np.ndarray) -> np.ndarray:
 # %% ../nbs/11c_permutation.ipynb #0c8f1b6b
 def _round_keys(seed: int, epoch: int) -> list[int]:
     "The Feistel round keys for (seed, epoch)."
-    key = _mix64(_mix64((seed + _GOLDEN) & _MASK64) ^ epoch)
-    return [_mix64((key + (i + 1) * _GOLDEN) & _MASK64) for i in range(_ROUNDS)]
+    key = mix64(mix64((seed + GOLDEN) & MASK64) ^ epoch)
+    return [mix64((key + (i + 1) * GOLDEN) & MASK64) for i in range(_ROUNDS)]
 
 # %% ../nbs/11c_permutation.ipynb #e6c21b29
 def _feistel(x: int, bits: int, keys: list[int]) -> int:
@@ -52,7 +52,7 @@ def _feistel(x: int, bits: int, keys: list[int]) -> int:
     for key in keys:
         right = x & ((1 << right_bits) - 1)
         left = x >> right_bits
-        x = (right << left_bits) | (left ^ (_mix64(right ^ key) & ((1 << left_bits) - 1)))
+        x = (right << left_bits) | (left ^ (mix64(right ^ key) & ((1 << left_bits) - 1)))
         left_bits, right_bits = right_bits, left_bits
     return x
 
@@ -63,7 +63,7 @@ def _feistel_inverse(y: int, bits: int, keys: list[int]) -> int:
         left_bits = bits - bits // 2 if round_ % 2 == 0 else bits // 2
         right_bits = bits - left_bits
         right = y >> left_bits
-        left = (y & ((1 << left_bits) - 1)) ^ (_mix64(right ^ keys[round_]) & ((1 << left_bits) - 1))
+        left = (y & ((1 << left_bits) - 1)) ^ (mix64(right ^ keys[round_]) & ((1 << left_bits) - 1))
         y = (left << right_bits) | right
     return y
 
@@ -74,7 +74,7 @@ def _feistel_array(x: np.ndarray, bits: int, keys: list) -> np.ndarray:
     right_bits = bits // 2
     for key in keys:
         right = x & np.uint64((1 << right_bits) - 1)
-        f = _mix64_array(right ^ key)
+        f = mix64_array(right ^ key)
         f &= np.uint64((1 << left_bits) - 1)
         x >>= np.uint64(right_bits)
         x ^= f
@@ -91,7 +91,7 @@ def _feistel_inverse_array(y: np.ndarray, bits: int, keys: list) -> np.ndarray:
         left_bits = bits - bits // 2 if round_ % 2 == 0 else bits // 2
         right_bits = bits - left_bits
         right = y >> np.uint64(left_bits)
-        f = _mix64_array(right ^ keys[round_])
+        f = mix64_array(right ^ keys[round_])
         f &= np.uint64((1 << left_bits) - 1)
         y &= np.uint64((1 << left_bits) - 1)
         y ^= f
@@ -118,8 +118,8 @@ class FeistelPermutation:
     "A keyed bijection of [0, n): the item at any position is computed in O(1) time and memory, never stored."
     def __init__(self, n: int, seed: int, epoch: int = 0):
         self.n = check_int("n", n, 0, _MAX_N)
-        self.seed = check_int("seed", seed, 0, _MASK64)
-        self.epoch = check_int("epoch", epoch, 0, _MASK64)
+        self.seed = check_int("seed", seed, 0, MASK64)
+        self.epoch = check_int("epoch", epoch, 0, MASK64)
         self._bits = max(self.n - 1, 0).bit_length()
         self._keys = _round_keys(self.seed, self.epoch)
 

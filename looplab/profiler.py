@@ -20,9 +20,9 @@ from matplotlib.patches import Polygon
 
 from .callback import EVENTS, Callback
 from .checks import check_int
-from .learner import _length
-from .loss_plot import FitProgress, _frame
-from .widgets import _hold_batches
+from .data import loader_len
+from .loss_plot import FitProgress, frame_figure
+from .widgets import hold_batches
 
 # %% auto #0
 __all__ = ['PHASES', 'DEVICE_PHASES', 'Profiler', 'ProfilePlot', 'TorchTrace']
@@ -347,7 +347,7 @@ class _PhaseChart(FitProgress):
         ax.set_xlabel("training batch")
         ax.set_ylabel("ms per batch")
         ax.set_xlim(0, self._total or max(self.n_batches, 16))
-        _frame(fig)  # the legend above the axes, off the data
+        frame_figure(fig)  # the legend above the axes, off the data
         return [*bands, peaks]
 
     def _fill(self, fig: Figure, artists: list, grow: bool) -> None:
@@ -366,7 +366,7 @@ class _PhaseChart(FitProgress):
         artists[-1].set_data((edges[:-1] + edges[1:])[above] / 2, np.full(above.sum(), self._ylim[1]))
         if not grow:  # the final picture: the batches done (a stopped fit has no empty tail)
             ax.set_xlim(0, max(n, 1))
-        _hold_batches([ax], n)
+        hold_batches([ax], n)
 
     def _status(self) -> str | None:
         "The batch and the largest phases, as many as fit a terminal's 79 columns (the summary gives them all)."
@@ -419,7 +419,7 @@ class ProfilePlot(Profiler, _PhaseChart):
             _PhaseChart.on_train_end(self)
 
     def _begin(self) -> None:
-        per_epoch = _length(self.learn.dls.train)
+        per_epoch = loader_len(self.learn.dls.train)
         self._total = None if per_epoch is None else per_epoch * self.learn.n_epochs
         self._ylim = None
 
@@ -474,7 +474,7 @@ class TorchTrace(Callback):
     def on_train_begin(self):
         _check_no_other_trace()
         _check_trace_folder(self.folder)
-        per_epoch = _length(self.learn.dls.train)
+        per_epoch = loader_len(self.learn.dls.train)
         total = None if per_epoch is None else per_epoch * self.learn.n_epochs
         if total is not None and self.skip >= total:
             raise ValueError(f"TorchTrace(skip={self.skip}) would skip every batch of this fit ({total} training "

@@ -13,7 +13,7 @@ from .callback import Callback
 from .checks import check_int, check_number
 
 # %% auto #0
-__all__ = ['ProgressCallback', 'ProgressLine']
+__all__ = ['table_number', 'ProgressCallback', 'ProgressLine']
 
 # %% ../nbs/03a_progress.ipynb #260730fd
 def _is_log(out) -> bool:
@@ -22,14 +22,14 @@ def _is_log(out) -> bool:
         return False
     return not (hasattr(out, "isatty") and out.isatty())
 
-def _number(value: float) -> str:
+def table_number(value: float) -> str:
     "A loss or metric for the table: 4 decimals, or 4 significant digits below 0.01 (`1.234e-04`, not `0.0001`)."
     return f"{value:.3e}" if value != 0 and abs(value) < 0.01 else f"{value:.4f}"
 
 def _epoch_row(row: dict, columns: list[str], n_epochs: int) -> str:
     "One epoch's row of the table: the epoch of `n_epochs`, the values of `columns` between those two, the time."
     cells = [f"{row['epoch'] + 1:>5}/{n_epochs:<6}"]
-    cells += [f"{_number(row[c]):>12}" for c in columns[1:-1]]
+    cells += [f"{table_number(row[c]):>12}" for c in columns[1:-1]]
     cells.append(f"{row['time']:>11.2f}s")
     return "  ".join(cells)
 
@@ -62,7 +62,7 @@ class _BatchLines(Callback):
         of = f"/{learn.epoch_len}" if learn.epoch_len else ""
         ms_per_batch = 1000 * (now - self._last) / self._n
         self._print(f"epoch {learn.epoch + 1}/{learn.n_epochs}  batch {learn.iter + 1}{of}  lr {lr:.4g}  "
-                    f"loss {_number(sum(losses) / len(losses))}  {ms_per_batch:.2f} ms/batch")
+                    f"loss {table_number(sum(losses) / len(losses))}  {ms_per_batch:.2f} ms/batch")
         self._n = 0
         self._last = now
 

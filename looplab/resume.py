@@ -8,21 +8,21 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .checks import check_int
-from .sampler_chain import DistributedSampler, SeekableBatchSampler, _check_bool, _sampler_of
-from .samplers import (_MASK64, ReproducibleShuffleSampler, ShuffledOrder, _as_layer, _check_state,
-                              _EpochLayer, _Orders)
+from .checks import check_bool, check_int
+from .sampler_chain import DistributedSampler, SeekableBatchSampler, sampler_of
+from .samplers import (MASK64, ReproducibleShuffleSampler, ShuffledOrder, as_layer, check_sampler_state,
+                              EpochLayer, EpochOrders)
 
 # %% auto #0
 __all__ = ['EpochwiseBatchSampler', 'make_epochwise_batch_sampler', 'StatefulDistributedSampler', 'StatefulLoader']
 
 # %% ../nbs/11b_resume.ipynb #9660780f
-class EpochwiseBatchSampler(_EpochLayer):
+class EpochwiseBatchSampler(EpochLayer):
     "One epoch of `batch_sampler` per pass; each pass is the next epoch unless `set_epoch` says. For epoch loops."
     _batches = True
 
     def __init__(self, batch_sampler):
-        inner = _as_layer(batch_sampler, True, type(self).__name__)
+        inner = as_layer(batch_sampler, True, type(self).__name__)
         if inner.infinite:
             raise ValueError(f"{type(self).__name__} needs a finite batch sampler (one epoch), got an infinite "
                              f"stream ({type(inner).__name__}): do not repeat it")
@@ -57,8 +57,8 @@ class EpochwiseBatchSampler(_EpochLayer):
         return {"type": type(self).__name__, "epoch": self.epoch, "inner": self._inner._state(handed, self.epoch)}
 
     def _load(self, state: dict) -> None:
-        _check_state(state, type(self).__name__, ("epoch", "inner"))
-        epoch = check_int("state['epoch']", state["epoch"], 0, _MASK64)
+        check_sampler_state(state, type(self).__name__, ("epoch", "inner"))
+        epoch = check_int("state['epoch']", state["epoch"], 0, MASK64)
         self._inner._load(state["inner"])
         self.epoch = epoch
 
@@ -73,7 +73,7 @@ def make_epochwise_batch_sampler(sampler_or_dataset, shuffle_seed: int | None, n
                                  rank: int | None = None, batch_size: int | None = None, drop_last: bool = False, *,
                                  num_workers: int | None = None, permutation=ShuffledOrder) -> EpochwiseBatchSampler:
     "Shuffle → shard → batch, one epoch per iteration: the sampler for `for epoch ...: for xb, yb in dl` loops."
-    sampler = _sampler_of(sampler_or_dataset, "make_epochwise_batch_sampler")
+    sampler = sampler_of(sampler_or_dataset, "make_epochwise_batch_sampler")
     if len(sampler) == 0:
         raise ValueError(f"make_epochwise_batch_sampler got an empty {type(sampler_or_dataset).__name__}: "
                          f"there is nothing to load")
@@ -108,7 +108,7 @@ def _part_size(dataset, num_replicas: int, drop_last: bool) -> tuple[int, int]:
     return n, part
 
 # %% ../nbs/11b_resume.ipynb #270a37c0
-class StatefulDistributedSampler(_EpochLayer):
+class StatefulDistributedSampler(EpochLayer):
     "VISSL's sampler: each rank shuffles its own contiguous part of the dataset, and can resume at any batch."
     seekable = True  # the bottom of its own chain: plain attributes instead of LayerProtocol's properties
     infinite = False
@@ -117,12 +117,12 @@ class StatefulDistributedSampler(_EpochLayer):
     def __init__(self, dataset, batch_size: int, seed: int = 0, num_replicas: int | None = None,
                  rank: int | None = None, drop_last: bool = False, shuffle: bool = True, permutation=ShuffledOrder):
         self.batch_size = check_int("batch_size", batch_size, 1)
-        self.seed = check_int("seed", seed, 0, _MASK64)
+        self.seed = check_int("seed", seed, 0, MASK64)
         self.num_replicas, self.rank = _replicas_and_rank(num_replicas, rank)
-        self.drop_last = _check_bool("drop_last", drop_last)
-        self.shuffle = _check_bool("shuffle", shuffle)
+        self.drop_last = check_bool("drop_last", drop_last)
+        self.shuffle = check_bool("shuffle", shuffle)
         self._n, self.num_samples = _part_size(dataset, self.num_replicas, drop_last)
-        self._orders = _Orders(permutation, self.num_samples, self.seed)
+        self._orders = EpochOrders(permutation, self.num_samples, self.seed)
         self.epoch = 0
         self._anchor = 0  # position in this rank's epoch of the next pass's first item
         self._start_layer()
@@ -157,8 +157,8 @@ class StatefulDistributedSampler(_EpochLayer):
                 "position": self._anchor + handed}
 
     def _load(self, state: dict) -> None:
-        _check_state(state, type(self).__name__, ("epoch", "position"), **self._config())
-        epoch = check_int("state['epoch']", state["epoch"], 0, _MASK64)
+        check_sampler_state(state, type(self).__name__, ("epoch", "position"), **self._config())
+        epoch = check_int("state['epoch']", state["epoch"], 0, MASK64)
         self._anchor = check_int("state['position']", state["position"], 0, self.num_samples)
         self.epoch = epoch
 

@@ -10,10 +10,11 @@ import warnings
 import torch
 
 from .callback import Callback
+from .checks import check_mid_epoch, check_optimizer_names, check_same_model
 from .files import rng_state, set_rng_state
 
 # %% auto #0
-__all__ = ['learner_state', 'unsaved_callback_tensors', 'load_learner_state', 'optimizer_mismatch']
+__all__ = ['learner_state', 'unsaved_callback_tensors', 'load_learner_state', 'optimizer_mismatch', 'check_fits']
 
 # %% ../nbs/03d_run_state.ipynb #c5a749c3
 def learner_state(learn, warn: bool = True) -> dict:
@@ -92,7 +93,7 @@ def unsaved_callback_tensors(learn) -> dict[str, list[str]]:
 # %% ../nbs/03d_run_state.ipynb #c2b833a0
 def load_learner_state(learn, state: dict, now: bool = False) -> None:
     "Load `learner_state`'s result into `learn`: its next `fit(n_epochs)` continues exactly there (or, `now`, all of it at once)."
-    _check_fits(learn, state, now)
+    check_fits(learn, state, now)
     loop = state["loop"]
     saved_callbacks = state["callbacks"]
 
@@ -144,7 +145,7 @@ def optimizer_mismatch(optimizer, state: dict) -> str | None:
     return None
 
 # %% ../nbs/03d_run_state.ipynb #94502cc1
-def _check_fits(learn, state: dict, now: bool = False) -> None:
+def check_fits(learn, state: dict, now: bool = False) -> None:
     "Raise a ValueError naming the first part of `state` that does not fit `learn` (the model before its optimizers); change nothing."
     kind = state["engine"]["kind"]
     if kind != type(learn.engine).__name__ or set(state["engine"]["state"]) != set(learn.engine.state_dict()):
@@ -152,28 +153,18 @@ def _check_fits(learn, state: dict, now: bool = False) -> None:
                          f"this learner runs {learn.engine!r} with state {sorted(learn.engine.state_dict())}: "
                          "build the learner with the same kind of engine")
     mine = learn.engine.unwrap_model(learn.model).state_dict()
-    for key in [*state["model"], *mine]:
-        if key not in mine or key not in state["model"]:
-            where = "this model" if key not in mine else "the saved model"
-            raise ValueError(f"the saved model and this model differ: {key!r} is missing from {where}")
-        if state["model"][key].shape != mine[key].shape:
-            raise ValueError(f"the saved model and this model differ at {key!r}: saved shape "
-                             f"{tuple(state['model'][key].shape)}, this model's {tuple(mine[key].shape)}")
+    check_same_model(state["model"], mine, "the state")
     names = sorted(learn.opts) if learn.opts else ["main"]  # without optimizers, create_opt will make "main"
-    if sorted(state["optimizers"]) != names and not (now and not state["optimizers"]):
-        raise ValueError(f"the state has optimizers {sorted(state['optimizers'])} but this learner has "
-                         f"{names}: create the same optimizers (learn.opts) before loading")
+    if not (now and not state["optimizers"]):  # a state taken before the first fit has no optimizer yet
+        check_optimizer_names(state["optimizers"], names, "the state")
     for name, opt in learn.opts.items():
         problem = optimizer_mismatch(opt, state["optimizers"].get(name, {}))
         if problem and not (now and not state["optimizers"]):
             raise ValueError(f"the saved learn.opts[{name!r}] does not fit this learner's: {problem}; build the learner "
                              "with the same opt_func as the run that was saved")
     epoch, batch = state["loop"]["epoch"], state["loop"]["iter"]
-    if batch and not now and not learn.can_start_mid_epoch:
-        raise ValueError(f"this state was taken in the middle of epoch {epoch} (after batch {batch}), but dls.train "
-                         "cannot start mid-epoch: build it with DataLoaders.from_tensors, give it a batch sampler "
-                         "with set_epoch and set_start_iter (e.g. looplab.data.EpochBatchSampler), or wrap a loader "
-                         "that saves its own position in looplab.resume.StatefulLoader")
+    check_mid_epoch(not batch or now or learn.can_start_mid_epoch,
+                    f"this state was taken in the middle of epoch {epoch} (after batch {batch})", learn.dls.train)
     if state["data_order"] is not None and not hasattr(learn.train_order, "load_state_dict"):
         raise ValueError("the state records a training data order, but dls.train has no sampler with "
                          "load_state_dict to restore it into: build it with DataLoaders.from_tensors, or give "

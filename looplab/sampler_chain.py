@@ -10,13 +10,13 @@ import itertools
 import numpy as np
 from torch.utils.data import Sampler
 
-from .checks import check_int
-from .samplers import (_MASK64, ReproducibleShuffleSampler, SamplerLayer, ShuffledOrder, _as_layer,
-                              _check_state, _missing)
+from .checks import check_bool, check_int
+from .samplers import (MASK64, ReproducibleShuffleSampler, SamplerLayer, ShuffledOrder, as_layer,
+                              check_sampler_state, missing_method)
 
 # %% auto #0
 __all__ = ['RepeatSampler', 'RepeatBatchSampler', 'DistributedSampler', 'DistributedBatchSampler', 'SeekableBatchSampler',
-           'SkipSampler', 'SkipBatchSampler', 'make_batch_sampler']
+           'SkipSampler', 'SkipBatchSampler', 'make_batch_sampler', 'sampler_of']
 
 # %% ../nbs/11a_sampler_chain.ipynb #6febcc6d
 class RepeatSampler(SamplerLayer):
@@ -24,7 +24,7 @@ class RepeatSampler(SamplerLayer):
     infinite = True
 
     def __init__(self, sampler):
-        inner = _as_layer(sampler, self._batches, type(self).__name__)
+        inner = as_layer(sampler, self._batches, type(self).__name__)
         if inner.infinite:
             raise ValueError(f"{type(self).__name__} got an infinite stream ({type(inner).__name__}): "
                              f"its first pass would never end")
@@ -65,7 +65,7 @@ class RepeatSampler(SamplerLayer):
         return {"type": type(self).__name__, "epoch": epoch, "inner": self._inner._state(offset, epoch)}
 
     def _load(self, state: dict) -> None:
-        _check_state(state, type(self).__name__, ("epoch", "inner"))
+        check_sampler_state(state, type(self).__name__, ("epoch", "inner"))
         epoch = check_int("state['epoch']", state["epoch"], 0)
         self._inner._load(state["inner"])
         offset = self._inner._position()
@@ -95,11 +95,11 @@ class _ScaledLayer(SamplerLayer):
     @property
     def _factor(self) -> int:
         "How many inner elements one element of this layer covers."
-        raise NotImplementedError(_missing(self, "_factor"))
+        raise NotImplementedError(missing_method(self, "_factor"))
 
     def _config(self) -> dict:
         "The layer's arguments that its state records beside the inner state."
-        raise NotImplementedError(_missing(self, "_config"))
+        raise NotImplementedError(missing_method(self, "_config"))
 
     def _state(self, handed: int, epoch) -> dict:
         if not self.infinite and handed >= self._length():
@@ -109,7 +109,7 @@ class _ScaledLayer(SamplerLayer):
         return {"type": type(self).__name__, **self._config(), "inner": self._inner._state(consumed, epoch)}
 
     def _load(self, state: dict) -> None:
-        _check_state(state, type(self).__name__, ("inner",))
+        check_sampler_state(state, type(self).__name__, ("inner",))
         self._inner._load(state["inner"])
 
     def _reset(self) -> None:
@@ -133,7 +133,7 @@ class DistributedSampler(_ScaledLayer):
         if rank is None:
             raise TypeError(f"{type(self).__name__} needs rank, this process's rank in [0, {self.num_replicas - 1}]")
         self.rank = check_int(f"rank (of num_replicas={self.num_replicas})", rank, 0, self.num_replicas - 1)
-        self._inner = _as_layer(sampler, self._batches, type(self).__name__)
+        self._inner = as_layer(sampler, self._batches, type(self).__name__)
         self._start_layer()
 
     @property
@@ -189,8 +189,8 @@ class SeekableBatchSampler(_ScaledLayer):
 
     def __init__(self, sampler, batch_size: int, drop_last: bool = False):
         self.batch_size = check_int("batch_size", batch_size, 1)
-        self.drop_last = _check_bool("drop_last", drop_last)
-        self._inner = _as_layer(sampler, False, type(self).__name__)
+        self.drop_last = check_bool("drop_last", drop_last)
+        self._inner = as_layer(sampler, False, type(self).__name__)
         self._start_layer()
 
     @property
@@ -231,19 +231,12 @@ class SeekableBatchSampler(_ScaledLayer):
     def _config(self) -> dict:
         return {"batch_size": self.batch_size, "drop_last": int(self.drop_last)}
 
-# %% ../nbs/11a_sampler_chain.ipynb #b4cb8803
-def _check_bool(name: str, value) -> bool:
-    "`value` if it is a bool; a TypeError naming `name` otherwise (1 and 'yes' are surely mistakes)."
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool (True or False), got {value!r} of type {type(value).__name__}")
-    return value
-
 # %% ../nbs/11a_sampler_chain.ipynb #aa0edae6
 class SkipSampler(SamplerLayer):
     "The stream of `sampler` after its first `skip` items; `len()` is `sampler`'s, as in Determined."
     def __init__(self, sampler, skip: int):
         self.skip = check_int("skip", skip, 0)
-        inner = _as_layer(sampler, self._batches, type(self).__name__)
+        inner = as_layer(sampler, self._batches, type(self).__name__)
         if not inner.infinite and self.skip > inner._whole_length:
             raise ValueError(f"skip={self.skip} is past the end of a sampler of length {inner._whole_length}: "
                              f"skip at most {inner._whole_length}")
@@ -274,7 +267,7 @@ class SkipSampler(SamplerLayer):
         return {"type": type(self).__name__, "inner": self._inner._state(self._offset + handed, epoch)}
 
     def _load(self, state: dict) -> None:
-        _check_state(state, type(self).__name__, ("inner",))
+        check_sampler_state(state, type(self).__name__, ("inner",))
         self._inner._load(state["inner"])
         self._offset = 0  # the state already counts the skipped items
 
@@ -302,12 +295,12 @@ def make_batch_sampler(sampler_or_dataset, mode: str, shuffle_seed: int | None, 
     "Training: shuffle → repeat → shard → batch → skip, endless. Validation: shard → batch, one pass."
     if mode not in ("training", "validation"):
         raise ValueError(f"mode must be 'training' or 'validation', got {mode!r}")
-    sampler = _sampler_of(sampler_or_dataset, "make_batch_sampler")
+    sampler = sampler_of(sampler_or_dataset, "make_batch_sampler")
     if len(sampler) == 0:
         raise ValueError(f"make_batch_sampler got an empty {type(sampler_or_dataset).__name__}: "
                          f"there is nothing to load")
     if shuffle_seed is not None:
-        check_int("shuffle_seed", shuffle_seed, 0, _MASK64)
+        check_int("shuffle_seed", shuffle_seed, 0, MASK64)
     skip = check_int("skip", skip, 0)
     if mode == "validation":
         if skip:
@@ -321,7 +314,7 @@ def make_batch_sampler(sampler_or_dataset, mode: str, shuffle_seed: int | None, 
     return SkipBatchSampler(SeekableBatchSampler(sampler, batch_size), skip)
 
 # %% ../nbs/11a_sampler_chain.ipynb #b0da1a2d
-def _sampler_of(sampler_or_dataset, owner: str):
+def sampler_of(sampler_or_dataset, owner: str):
     "The sampler to build on: a sampler or range as it is, a dataset's indices in order."
     if isinstance(sampler_or_dataset, (Sampler, range)):
         return sampler_or_dataset

@@ -19,7 +19,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from .checks import check_int
-from .widgets import FigurePlot, _png, _shell, in_notebook
+from .widgets import FigurePlot, png_bytes, ipython_shell, in_notebook
 
 # %% auto #0
 __all__ = ['served', 'SamplerPlot']
@@ -150,9 +150,9 @@ def _img(png: bytes, alt: str) -> str:
 
 def _epoch_folds(plot: SamplerPlot) -> str:
     "HTML: the picture of every epoch, then each epoch's picture in a closed <details> of its own; no kernel needed."
-    parts = [_img(_png(plot.plot()), "every epoch")]
+    parts = [_img(png_bytes(plot.plot()), "every epoch")]
     for epoch in range(min(plot.n_epochs, _MAX_FOLDS)):
-        picture = _img(_png(plot.plot(epoch)), f"epoch {epoch}")
+        picture = _img(png_bytes(plot.plot(epoch)), f"epoch {epoch}")
         parts.append(f"<details><summary>epoch {epoch} alone</summary>{picture}</details>")
     if plot.n_epochs > _MAX_FOLDS:
         parts.append(f"<p>the first {_MAX_FOLDS} of {plot.n_epochs} epochs; plot(epoch) draws any of them</p>")
@@ -208,7 +208,7 @@ class SamplerPlot(FigurePlot):
 
     def show(self) -> None:
         "Display the plot as a cell that ends with it does; outside IPython, say what to do instead."
-        if _shell() is None:
+        if ipython_shell() is None:
             print("SamplerPlot: no notebook to show the figure in; use .save(path)", file=sys.stderr)
             return
         from IPython.display import display

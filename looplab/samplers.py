@@ -15,11 +15,12 @@ from torch.utils.data import Sampler, SequentialSampler
 from .checks import check_int
 from .data import shuffled_order
 
-_MASK64 = (1 << 64) - 1  # seeds and epochs are 64-bit
+MASK64 = (1 << 64) - 1  # seeds and epochs are 64-bit
 _CHUNK = 16384  # the most positions computed at once: a chunk and its temporaries stay in the processor's cache
 
 # %% auto #0
-__all__ = ['LayerProtocol', 'SamplerLayer', 'ShuffledOrder', 'ReproducibleShuffleSampler', 'ReproducibleShuffleBatchSampler']
+__all__ = ['MASK64', 'LayerProtocol', 'missing_method', 'SamplerLayer', 'check_sampler_state', 'as_layer', 'ShuffledOrder',
+           'EpochOrders', 'EpochLayer', 'ReproducibleShuffleSampler', 'ReproducibleShuffleBatchSampler']
 
 # %% ../nbs/11_samplers.ipynb #dea2ce26
 class LayerProtocol(Sampler):
@@ -28,31 +29,31 @@ class LayerProtocol(Sampler):
 
     def _length(self) -> int:
         "How many elements the stream yields from where the next pass starts (one epoch's for an endless one)."
-        raise NotImplementedError(_missing(self, "_length"))
+        raise NotImplementedError(missing_method(self, "_length"))
 
     def _map(self, indices: np.ndarray, epoch) -> tuple:
         "This layer's positions `indices` (from where the next pass starts) as `(positions, epoch)` of the inner layer."
-        raise NotImplementedError(_missing(self, "_map"))
+        raise NotImplementedError(missing_method(self, "_map"))
 
     def _iterate(self, start: int, epoch):
         "An iterator of the elements from position `start`, for a chain that cannot seek."
-        raise NotImplementedError(_missing(self, "_iterate"))
+        raise NotImplementedError(missing_method(self, "_iterate"))
 
     def _state(self, handed: int, epoch) -> dict:
         "The state after `handed` elements of the current pass: a dict with 'type' and the inner layer's state."
-        raise NotImplementedError(_missing(self, "_state"))
+        raise NotImplementedError(missing_method(self, "_state"))
 
     def _load(self, state: dict) -> None:
         "Check `state` (refuse one from another chain, seed or size) and place this layer and those below there."
-        raise NotImplementedError(_missing(self, "_load"))
+        raise NotImplementedError(missing_method(self, "_load"))
 
     def _reset(self) -> None:
         "Back to the start of the stream (of the current epoch), this layer and those below."
-        raise NotImplementedError(_missing(self, "_reset"))
+        raise NotImplementedError(missing_method(self, "_reset"))
 
     def _position(self) -> int:
         "Where in this layer's stream the next pass starts (an outer layer reads it after `_load`)."
-        raise NotImplementedError(_missing(self, "_position"))
+        raise NotImplementedError(missing_method(self, "_position"))
 
     def _advance(self) -> None:
         "A pass is over: a layer with an epoch counter moves it on; the others pass the word down."
@@ -82,7 +83,7 @@ class LayerProtocol(Sampler):
         return self._inner.infinite
 
 # %% ../nbs/11_samplers.ipynb #69f211fc
-def _missing(layer, method: str) -> str:
+def missing_method(layer, method: str) -> str:
     "The message for a layer that does not define a method of the protocol."
     return f"{type(layer).__name__} does not define {method}, which every layer must (see LayerProtocol)"
 
@@ -161,7 +162,7 @@ class SamplerLayer(LayerProtocol):
         self._pending = True
 
 # %% ../nbs/11_samplers.ipynb #06995736
-def _check_state(state, expected_type: str, keys: tuple = (), **expected) -> None:
+def check_sampler_state(state, expected_type: str, keys: tuple = (), **expected) -> None:
     "Refuse a state from another sampler (type, seed, length...): a clear error, never a different order."
     if not isinstance(state, dict):
         raise TypeError(f"a {expected_type} state must be a dict from state_dict(), got {type(state).__name__}")
@@ -258,7 +259,7 @@ class _Leaf(SamplerLayer):
         return {"type": self._name, "length": self._n, "position": self._anchor + handed}
 
     def _load(self, state: dict) -> None:
-        _check_state(state, self._name, ("position",), length=self._n)
+        check_sampler_state(state, self._name, ("position",), length=self._n)
         self._anchor = check_int("state['position']", state["position"], 0, self._n)
 
     def _reset(self) -> None:
@@ -271,7 +272,7 @@ class _Leaf(SamplerLayer):
         return self._anchor
 
 # %% ../nbs/11_samplers.ipynb #dcfe87e3
-def _as_layer(sampler, batches: bool, owner: str) -> SamplerLayer:
+def as_layer(sampler, batches: bool, owner: str) -> SamplerLayer:
     "`sampler` as a layer of a chain that yields batches if `batches`, else items."
     if isinstance(sampler, SamplerLayer):
         if sampler._batches != batches:
@@ -311,8 +312,8 @@ class ShuffledOrder:
     "Notebook 01's order of `range(n)` for (seed, epoch), held as an array: `take` reads the items at positions."
     def __init__(self, n: int, seed: int, epoch: int = 0):
         self.n = check_int("n", n, 0)
-        self.seed = check_int("seed", seed, 0, _MASK64)
-        self.epoch = check_int("epoch", epoch, 0, _MASK64)
+        self.seed = check_int("seed", seed, 0, MASK64)
+        self.epoch = check_int("epoch", epoch, 0, MASK64)
         self._items = shuffled_order(self.n, self.seed, self.epoch).numpy()
 
     def __len__(self) -> int:
@@ -327,7 +328,7 @@ class ShuffledOrder:
         return self._items[positions]
 
 # %% ../nbs/11_samplers.ipynb #30a3c612
-class _Orders:
+class EpochOrders:
     "The permutations of `range(n)` for one seed, one per epoch, built when first needed; the last few are kept."
     def __init__(self, permutation, n: int, seed: int):
         if not callable(permutation):
@@ -373,11 +374,11 @@ def _materialize(layer: SamplerLayer) -> _Leaf:
     return _Leaf(elements, layer._batches, name)
 
 # %% ../nbs/11_samplers.ipynb #097a3820
-class _EpochLayer(SamplerLayer):
+class EpochLayer(SamplerLayer):
     "A layer with an epoch counter: each pass is the next epoch, unless `set_epoch` said which epoch comes next."
     def set_epoch(self, epoch: int) -> None:
         "The epoch of the next pass, from its start; with the epoch it already has, a loaded resume position stays."
-        epoch = check_int("epoch", epoch, 0, _MASK64)
+        epoch = check_int("epoch", epoch, 0, MASK64)
         if self._pending and epoch == self.epoch:
             return
         self.epoch = epoch
@@ -388,19 +389,19 @@ class _EpochLayer(SamplerLayer):
         self.epoch += 1
 
 # %% ../nbs/11_samplers.ipynb #3c49febe
-class ReproducibleShuffleSampler(_EpochLayer):
+class ReproducibleShuffleSampler(EpochLayer):
     "`sampler`'s indices (or a batch sampler's whole batches), reordered each pass by a pure function of (seed, epoch)."
     def __init__(self, sampler, seed: int, permutation=ShuffledOrder):
-        self.seed = check_int("seed", seed, 0, _MASK64)
+        self.seed = check_int("seed", seed, 0, MASK64)
         if not self._batches:
             self._batches = _yields_batches(sampler)  # Determined's class takes either
-        inner = _as_layer(sampler, self._batches, type(self).__name__)
+        inner = as_layer(sampler, self._batches, type(self).__name__)
         if inner.infinite:
             raise ValueError(f"{type(self).__name__} cannot shuffle an infinite stream ({type(inner).__name__}): "
                              f"it would wait forever for its end. Shuffle first, then repeat")
         self._inner = inner if inner.seekable else _materialize(inner)
         self._n = self._inner._whole_length
-        self._orders = _Orders(permutation, self._n, self.seed)
+        self._orders = EpochOrders(permutation, self._n, self.seed)
         self.epoch = 0  # the epoch of the pass under way, or else of the next pass
         self._anchor = 0  # position in the epoch of the next pass's first element
         self._start_layer()
@@ -418,9 +419,9 @@ class ReproducibleShuffleSampler(_EpochLayer):
                 "length": self._n, "position": self._anchor + handed, "inner": self._inner._state(0, epoch)}
 
     def _load(self, state: dict) -> None:
-        _check_state(state, type(self).__name__, ("epoch", "position", "inner"), seed=self.seed,
+        check_sampler_state(state, type(self).__name__, ("epoch", "position", "inner"), seed=self.seed,
                      permutation=self._orders.name, length=self._n)
-        epoch = check_int("state['epoch']", state["epoch"], 0, _MASK64)
+        epoch = check_int("state['epoch']", state["epoch"], 0, MASK64)
         position = check_int("state['position']", state["position"], 0, self._n)
         self._inner._load(state["inner"])
         self._inner._reset()

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import torch
 
 from .callback import Callback
-from .checks import check_int, check_number
+from .checks import check_int, check_lr, check_number
 from .recorder import group_momentum
 
 # %% auto #0
@@ -331,7 +331,7 @@ def _stand_in(opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
 def one_cycle_scheds(lr_max, n_steps: int, div: float = 25.0, div_final: float = 1e4, pct_start: float = 0.25,
                      moms: tuple[float, float, float] | None = (0.95, 0.85, 0.95)) -> dict:
     "The 1cycle schedules of LR (and momentum) for `n_steps` steps, phases placed as in torch's `OneCycleLR`."
-    _check_lr(lr_max)
+    check_lr(lr_max, "lr_max", per_group=True)
     check_int("n_steps", n_steps, low=2)  # a warm-up and an anneal
     check_number("pct_start", pct_start, low=0, high=1, low_open=True, high_open=True)  # the share spent warming up
     peak = max(pct_start * n_steps - 1, 0.0) / n_steps  # pct of the step at lr_max
@@ -349,12 +349,6 @@ def one_cycle_scheds(lr_max, n_steps: int, div: float = 25.0, div_final: float =
     return scheds
 
 # %% ../nbs/06_schedules.ipynb #9f516ca4
-def _check_lr(lr, name: str = "lr_max") -> None:
-    "A learning rate, or a list of them (one per parameter group), each > 0."
-    values = lr if isinstance(lr, (list, tuple)) else [lr]
-    if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
-        raise ValueError(f"{name} must be a number > 0 or a list of them (one per parameter group), got {lr!r}")
-
 def _per_group(lr, build: Callable[[float], Callable[[float], float]]):
     "`build(lr)` for one LR, or a list of them for a list of LRs (one per parameter group)."
     if isinstance(lr, (list, tuple)):
@@ -382,7 +376,7 @@ def fit_one_cycle(learn, n_epochs: int, lr_max=None, div: float = 25.0, div_fina
                   moms: tuple[float, float, float] | None = (0.95, 0.85, 0.95), cbs=None) -> ParamScheduler:
     "Train `learn` for `n_epochs` with the 1cycle policy (LR up then down, momentum the other way); return the scheduler."
     lr_max = learn.lr if lr_max is None else lr_max  # the Learner's LR, unless told otherwise
-    _check_lr(lr_max)
+    check_lr(lr_max, "lr_max", per_group=True)
     cbs = _as_cb_list(cbs)
     if moms is not None and not all(_has_hyper(g, "mom") for g in _opt_groups(learn)):
         moms = None  # an optimizer without momentum (plain SGD with momentum=0 has one) gets the LR schedule only
@@ -404,7 +398,7 @@ def fit_sgdr(learn, n_cycles: int, cycle_len: int, lr_max=None, cycle_mult: int 
              cbs=None) -> ParamScheduler:
     "Train with cosine annealing and warm restarts: `n_cycles` cycles, the first `cycle_len` epochs, each `cycle_mult` times longer."
     lr_max = learn.lr if lr_max is None else lr_max
-    _check_lr(lr_max)
+    check_lr(lr_max, "lr_max", per_group=True)
     for name, value in (("n_cycles", n_cycles), ("cycle_len", cycle_len), ("cycle_mult", cycle_mult)):
         check_int(name, value, low=1)
     cbs = _as_cb_list(cbs)
@@ -422,7 +416,7 @@ def fit_flat_cos(learn, n_epochs: int, lr=None, pct_start: float = 0.75, div_fin
                  cbs=None) -> ParamScheduler:
     "Train at a flat `lr` for `pct_start` of the steps, then anneal with a cosine down to `lr / div_final`."
     lr = learn.lr if lr is None else lr
-    _check_lr(lr, "lr")
+    check_lr(lr, "lr", per_group=True)
     if not 0 <= pct_start < 1:
         raise ValueError(f"pct_start must be in [0, 1) (the share of training at a flat LR), got {pct_start!r}")
     cbs = _as_cb_list(cbs)

@@ -29,18 +29,18 @@ from .checks import check_int, check_number
 from .progress import ProgressLine  # notebook 03a's, importable from here too
 
 # %% auto #0
-__all__ = ['in_notebook', 'Throttle', 'encode_png', 'BlitFigure', 'LiveFigure', 'check_figsize', 'ShownFigure', 'FigurePlot',
-           'LivePlotWarning', 'LivePlotCore', 'LivePlot']
+__all__ = ['in_notebook', 'ipython_shell', 'Throttle', 'encode_png', 'BlitFigure', 'LiveFigure', 'grown_limits', 'hold_batches',
+           'check_figsize', 'ShownFigure', 'FigurePlot', 'png_bytes', 'LivePlotWarning', 'LivePlotCore', 'LivePlot']
 
 # %% ../nbs/05_live_plots.ipynb #af29a7df
 def in_notebook() -> bool:
     "True in a Jupyter kernel that a frontend shows (JupyterLab, Notebook, VS Code); False in scripts, terminal IPython and under nbdev_test."
     if os.environ.get("IN_TEST"):
         return False
-    shell = _shell()
+    shell = ipython_shell()
     return shell is not None and getattr(shell, "kernel", None) is not None
 
-def _shell():
+def ipython_shell():
     "The running IPython shell, or None (in a script that never imported IPython)."
     ipython = sys.modules.get("IPython")
     if ipython is None:
@@ -173,7 +173,7 @@ class LiveFigure(BlitFigure):
 
     def show(self, placeholder: str = "waiting for the first batch") -> None:
         "Open the notebook output the figure is drawn into (outside IPython there is none)."
-        if _shell() is None:
+        if ipython_shell() is None:
             return
         from IPython.display import HTML, display
         self.handle = display(HTML(f"<em>{html.escape(placeholder)}</em>"), display_id=True)
@@ -201,7 +201,7 @@ class LiveFigure(BlitFigure):
         self.throttle.done(started)
 
 # %% ../nbs/05_live_plots.ipynb #0d549db6
-def _grown_limits(current: tuple[float, float] | None, lo: float, hi: float, log: bool = False) -> tuple[float, float]:
+def grown_limits(current: tuple[float, float] | None, lo: float, hi: float, log: bool = False) -> tuple[float, float]:
     "Axis limits that hold [`lo`, `hi`]: `current` if it already does, else new ones with room to grow."
     if current is not None and current[0] <= lo and hi <= current[1]:
         return current
@@ -215,7 +215,7 @@ def _grown_limits(current: tuple[float, float] | None, lo: float, hi: float, log
         top = current[1] if hi <= current[1] else max(top, current[1] + 0.5 * old)
     return bottom, top
 
-def _hold_batches(axes, n: int) -> None:
+def hold_batches(axes, n: int) -> None:
     "Widen each of `axes` to hold `n` batches, to the next power of two, where it does not yet (a loader without a length)."
     for ax in axes:
         if n > ax.get_xlim()[1]:
@@ -236,7 +236,7 @@ def check_figsize(figsize) -> tuple[float, float] | None:
 class ShownFigure(Figure):
     "A matplotlib Figure that a notebook cell ending with it shows as a picture, whether or not pyplot has drawn."
     def _repr_png_(self) -> bytes:
-        return _png(self)
+        return png_bytes(self)
 
 _SAVEFIG = ("dpi", "format", "metadata", "bbox_inches", "pad_inches", "facecolor", "edgecolor", "backend",
             "orientation", "transparent", "bbox_extra_artists", "pil_kwargs")  # matplotlib's Figure.savefig keywords
@@ -285,10 +285,10 @@ class FigurePlot:
         "The plot as a PNG, so that a notebook cell ending with it shows it (nothing while there is nothing to plot)."
         if not self._ready():
             return None
-        return _png(self.plot())
+        return png_bytes(self.plot())
 
 # %% ../nbs/05_live_plots.ipynb #223cd433
-def _png(fig: Figure) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
     "A figure as PNG bytes."
     out = io.BytesIO()
     fig.savefig(out, format="png")
@@ -414,7 +414,7 @@ class LivePlot(LivePlotCore, Callback):
         peer = next((cb for cb in self.learn.cbs if isinstance(cb, LivePlotCore) and cb._began), None)
         if peer is not None and peer.line.file is self.line.file:
             self.line = peer.line  # one line for the fit's plots, each with its part
-        self._open(widget, shown=_shell() is not None, peer=peer)
+        self._open(widget, shown=ipython_shell() is not None, peer=peer)
         self.throttle.charge(time.perf_counter() - started)  # opening the plot is part of what it costs the fit
         self._drawing = master
         self._began = True

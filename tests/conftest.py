@@ -8,6 +8,13 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ["LOOPLAB_PROGRESS"] = "off"  # a check run by a test is not a student's progress
 
 
+@pytest.fixture
+def always_due(monkeypatch):
+    "Every throttle is due at every batch: what a live plot draws does not depend on how fast this machine draws."
+    from looplab.widgets import Throttle
+    monkeypatch.setattr(Throttle, "due", lambda self: True)
+
+
 class Terminated(KeyboardInterrupt):
     "SIGTERM, raised as Ctrl-C's KeyboardInterrupt is, so that pytest ends the run the same way."
 

@@ -16,9 +16,9 @@ from torch import nn
 from looplab.callback import Callback
 from looplab.checkpoint import load_checkpoint
 from looplab.checkpoint_callback import Checkpoint
-from looplab.data import load_digits
+from looplab.data import load_digits, set_seed
 from looplab.datasets import from_datasets
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 
 from helpers import StopAfter
 

@@ -12,9 +12,9 @@ from torch import nn
 
 from looplab.callback import Callback, CancelFitException, CancelStepException, CancelZeroGradException
 from looplab.checkpoint import load_checkpoint, save_checkpoint
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.engines import DistributedDataParallelAMPEngine, DistributedDataParallelEngine
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 from looplab.regularize import GradientAccumulation
 
@@ -52,7 +52,7 @@ def ddp_toy_params(n_epochs):
     return {k: v.clone() for k, v in learn.model.state_dict().items()}, learn.n_steps
 
 
-def digits_learner(engine):
+def ddp_digits_learner(engine):
     set_seed(0)
     model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
     learn = Learner(model, DataLoaders.from_tensors(*load_digits(), bs=60), metrics=[Accuracy()], engine=engine,
@@ -63,7 +63,7 @@ def digits_learner(engine):
 
 def ddp_digits_validate():
     "(b): one epoch under DDP, then validate; return the weights, the metrics and this rank's item count."
-    learn = digits_learner(DistributedDataParallelEngine(device="cpu"))
+    learn = ddp_digits_learner(DistributedDataParallelEngine(device="cpu"))
     learn.fit(1)
     result = learn.validate()
     return learn.model.state_dict(), result, learn.recorder.valid_loss.count

@@ -11,9 +11,9 @@ from torch import nn
 
 from looplab.callback import Callback
 from looplab.checkpoint import load_checkpoint
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.engine import AMPEngine, DeviceEngine
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 
 from helpers import StopAt

@@ -6,11 +6,11 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.fp16 import MixedPrecision
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 
-from helpers import StopAt, find_cb, run_worker
+from helpers import StopAt, find_cb, worker_main
 from looplab.metrics import Accuracy
 
 OVERFLOW_AT = 7  # the training batch whose gradients are made inf, so the scale halves once
@@ -45,4 +45,4 @@ def results(learn) -> dict:
 
 
 if __name__ == "__main__":
-    run_worker(__doc__, build_learner, results)
+    worker_main(__doc__, build_learner, results)

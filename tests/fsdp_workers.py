@@ -14,16 +14,16 @@ from torch.distributed.tensor import DTensor
 from looplab import fsdp
 from looplab.callback import Callback, CancelFitException
 from looplab.checkpoint import load_checkpoint, save_checkpoint
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.engines import DistributedDataParallelEngine
 from looplab.fp16 import MixedPrecision
 from looplab.files import read_checkpoint
 from looplab.fsdp import FSDPEngine, bytes_per_rank, default_layers
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.regularize import GradientAccumulation, GradientClipping
 
 
-def digits_learner(engine, cbs=None, n=720, model=None):
+def adam_digits_learner(engine, cbs=None, n=720, model=None):
     "Adam on the first `n` digits, global batches of 60 (the last partial one dropped, so any of 1-4 ranks split evenly)."
     set_seed(0)
     x, y = load_digits()
@@ -48,7 +48,7 @@ def fit_each(n_epochs):
             "FSDP accumulate": (FSDPEngine(device="cpu"), [GradientAccumulation(2)]),
             "FSDP bf16": (FSDPEngine(device="cpu", mp_dtype=torch.bfloat16), [])}
     for name, (engine, cbs) in legs.items():
-        learn = digits_learner(engine, cbs=[GradientClipping(max_norm=0.5), *cbs])
+        learn = adam_digits_learner(engine, cbs=[GradientClipping(max_norm=0.5), *cbs])
         learn.fit(n_epochs)
         out[name] = (full_weights(learn.model), learn.recorder.last_valid["valid_loss"],
                      bytes_per_rank(learn.model, list(learn.opts.values())), learn.n_steps)
@@ -87,7 +87,7 @@ class ItemLog(Callback):
 
 def run(ckpt, log, save_at=None, resume=False, n_epochs=2):
     "A digits run under FSDP: stopped and saved at `save_at`, or resumed from `ckpt`; its whole weights and counters."
-    learn = digits_learner(FSDPEngine(device="cpu"), cbs=[SaveAt(ckpt, save_at), ItemLog(log)])
+    learn = adam_digits_learner(FSDPEngine(device="cpu"), cbs=[SaveAt(ckpt, save_at), ItemLog(log)])
     if resume:
         load_checkpoint(learn, ckpt)
     learn.fit(n_epochs)
@@ -114,14 +114,14 @@ class KillDuringSave(Callback):
 
 
 def killed_run(path, save_at, kill_at):
-    learn = digits_learner(FSDPEngine(device="cpu"), cbs=[SaveAt(path, save_at, stop=False),
+    learn = adam_digits_learner(FSDPEngine(device="cpu"), cbs=[SaveAt(path, save_at, stop=False),
                                                           KillDuringSave(path, kill_at)])
     learn.fit(1)
 
 
 def resume_and_save(path, save_at):
     "The killed run, loaded and continued to batch `save_at`, where it saves (and stops)."
-    learn = digits_learner(FSDPEngine(device="cpu"), cbs=[SaveAt(path, save_at), KillDuringSave(path, None)])
+    learn = adam_digits_learner(FSDPEngine(device="cpu"), cbs=[SaveAt(path, save_at), KillDuringSave(path, None)])
     load_checkpoint(learn, path)
     learn.fit(1)
     return learn.n_iter
@@ -129,14 +129,14 @@ def resume_and_save(path, save_at):
 
 def resumes_at(path):
     "Load `path` into a fresh FSDP learner: where it resumes, and the files beside it."
-    learn = digits_learner(FSDPEngine(device="cpu"))
+    learn = adam_digits_learner(FSDPEngine(device="cpu"))
     where = load_checkpoint(learn, path)["resumes_at"]
     return where, sorted(p.name for p in path.parent.iterdir())
 
 
 def refused(case):
     "The message refusing `case`, and how many steps were taken (a fit that raises tears the group down: one a launch)."
-    learn = digits_learner(FSDPEngine(device="cpu"))
+    learn = adam_digits_learner(FSDPEngine(device="cpu"))
     if case == "LBFGS":
         learn.opt_func = partial(torch.optim.LBFGS, max_iter=2)
         action = partial(learn.fit, 1)
@@ -165,7 +165,7 @@ def refused(case):
 
 def save_and_load_weights(path):
     "learn.save after a fit under FSDP (the whole weights, for plain torch); learn.load into a fresh FSDP learner and a refusal."
-    learn = digits_learner(FSDPEngine(device="cpu"))
+    learn = adam_digits_learner(FSDPEngine(device="cpu"))
     learn.fit(1)
     whole = full_weights(learn.model)
     learn.save(path)
@@ -174,7 +174,7 @@ def save_and_load_weights(path):
         refusal = None
     except ValueError as e:
         refusal = str(e)
-    fresh = digits_learner(FSDPEngine(device="cpu"))
+    fresh = adam_digits_learner(FSDPEngine(device="cpu"))
     fresh.fit(0)  # sharded, untrained
     fresh.load(path)
     return whole, full_weights(fresh.model), refusal
@@ -213,7 +213,7 @@ def _flip_byte(file):
 
 def broken_targets_and_shards(tmp):
     "Sharded saves to bad targets and on a full disk, a copied checkpoint, and damaged, partial or missing shards."
-    learn = digits_learner(FSDPEngine(device="cpu"), n=240)
+    learn = adam_digits_learner(FSDPEngine(device="cpu"), n=240)
     learn.fit(1)
     out = {}
 
@@ -235,7 +235,7 @@ def broken_targets_and_shards(tmp):
     out["full disk"] = _attempt(lambda: save_checkpoint(learn, path))
     dcp.FileSystemWriter.write_data = write
     out["after full disk"] = _listing(learn, tmp)
-    for case, rank, name in (("rank 1's target", 1, "_writable_path"), ("rank 0's commit", 0, "write_checkpoint")):
+    for case, rank, name in (("rank 1's target", 1, "writable_path"), ("rank 0's commit", 0, "write_checkpoint")):
         kept = getattr(fsdp, name)
         if learn.engine.rank == rank:  # a failure on one rank only: its own disk, its own permissions
             def fails(*args, **kwargs):
@@ -247,20 +247,20 @@ def broken_targets_and_shards(tmp):
     _on_rank0(learn, lambda: shutil.copy(path, tmp / "keep.pt"))
     save_checkpoint(learn, path)
     save_checkpoint(learn, path)
-    out["the copy"] = _attempt(lambda: load_checkpoint(digits_learner(FSDPEngine(device="cpu"), n=240), tmp / "keep.pt"))
+    out["the copy"] = _attempt(lambda: load_checkpoint(adam_digits_learner(FSDPEngine(device="cpu"), n=240), tmp / "keep.pt"))
     read = dcp.FileSystemReader.read_data
     if learn.engine.rank == 1:
         def unreadable(*args, **kwargs):
             raise OSError(errno.EIO, "Input/output error")
         dcp.FileSystemReader.read_data = unreadable
-    out["read error"] = _attempt(lambda: load_checkpoint(digits_learner(FSDPEngine(device="cpu"), n=240), path))
+    out["read error"] = _attempt(lambda: load_checkpoint(adam_digits_learner(FSDPEngine(device="cpu"), n=240), path))
     dcp.FileSystemReader.read_data = read
     folder = tmp / read_checkpoint(path)["state"]["shards"]
     shard = sorted(folder.glob("*.distcp"))[0]
     for case, damage in (("damaged", lambda: _flip_byte(shard)), ("partial", shard.unlink),
                          ("no folder", lambda: shutil.rmtree(folder))):
         _on_rank0(learn, damage)
-        out[case] = _attempt(lambda: load_checkpoint(digits_learner(FSDPEngine(device="cpu"), n=240), path))
+        out[case] = _attempt(lambda: load_checkpoint(adam_digits_learner(FSDPEngine(device="cpu"), n=240), path))
     return out, shard.name, folder.name
 
 
@@ -295,7 +295,7 @@ def digits_model():
 def seams(whole_opt_file):
     "The seams of FSDP with precision, learn.load, tied weights, meta models and inference: what each does."
     out = {}
-    learn = digits_learner(FSDPEngine(device="cpu"), n=240)
+    learn = adam_digits_learner(FSDPEngine(device="cpu"), n=240)
     learn.fit(1)
     x = load_digits()[0]
     out["get_preds"] = tuple(learn.get_preds()[0].shape)
@@ -308,15 +308,15 @@ def seams(whole_opt_file):
     learn.engine = FSDPEngine(device="cpu")
     learn.fit(1)  # the engine it was sharded with: trains on, with the optimizer state it had
     out["fit after refusals"] = learn.n_steps - steps
-    bf16 = digits_learner(FSDPEngine(device="cpu", mp_dtype=torch.bfloat16), n=240)
+    bf16 = adam_digits_learner(FSDPEngine(device="cpu", mp_dtype=torch.bfloat16), n=240)
     bf16.fit(1)
     bf16.engine = FSDPEngine(device="cpu")
     out["engine swap"] = _attempt(lambda: bf16.fit(1))
     out["float32"] = _attempt(lambda: FSDPEngine(device="cpu").with_precision(torch.float32))
-    tied = digits_learner(FSDPEngine(device="cpu"), n=240)
+    tied = adam_digits_learner(FSDPEngine(device="cpu"), n=240)
     tied.model = Tied()
     out["tied"] = _attempt(lambda: tied.fit(1))
-    out["tied, layers="] = _attempt(lambda: digits_learner(FSDPEngine(device="cpu", layers=lambda model: [
+    out["tied, layers="] = _attempt(lambda: adam_digits_learner(FSDPEngine(device="cpu", layers=lambda model: [
         m for m in default_layers(model) if m not in (model.get_submodule("a"), model.get_submodule("b"))]), n=240,
         model=Tied()).fit(1))
     set_seed(0)
@@ -324,7 +324,7 @@ def seams(whole_opt_file):
     set_seed(0)
     with torch.device("meta"):
         model = digits_model()
-    meta = digits_learner(FSDPEngine(device="cpu"), n=240, model=model)
+    meta = adam_digits_learner(FSDPEngine(device="cpu"), n=240, model=model)
     set_seed(0)  # the generators as they were when the whole model was built
     meta.fit(0)
     out["meta gap"] = max((full_weights(meta.model)[k] - whole[k]).abs().max().item() for k in whole)
@@ -333,7 +333,7 @@ def seams(whole_opt_file):
         partly = digits_model()
     partly[0] = nn.Linear(64, 96)
     for case, model in (("meta without reset_parameters", no_reset), ("partly meta", partly)):
-        out[case] = _attempt(lambda: digits_learner(FSDPEngine(device="cpu"), n=240, model=model).fit(0))
+        out[case] = _attempt(lambda: adam_digits_learner(FSDPEngine(device="cpu"), n=240, model=model).fit(0))
     learn.engine.inference_wait_s = 1.0
     start = time.monotonic()
     if learn.engine.rank == 0:  # the mistake: inference on the master only
@@ -347,7 +347,7 @@ def batchnorm_resume(ckpt, save_at):
     def bn_learner(cbs):
         set_seed(0)
         model = nn.Sequential(nn.Linear(64, 48), nn.BatchNorm1d(48), nn.ReLU(), nn.Linear(48, 10))
-        return digits_learner(FSDPEngine(device="cpu"), cbs=cbs, n=240, model=model)
+        return adam_digits_learner(FSDPEngine(device="cpu"), cbs=cbs, n=240, model=model)
     whole = bn_learner([SaveAt(ckpt, None)])
     whole.fit(2)
     bn_learner([SaveAt(ckpt, save_at)]).fit(2)

@@ -9,13 +9,13 @@ import os
 import torch
 from torch import nn
 
-from looplab.data import DataLoaders, make_rings
+from looplab.data import DataLoaders, make_rings, set_seed
 from looplab.engine import AMPEngine
 from looplab.gan import FixedGANSwitcher, GANTrainer, gan_learner
 from looplab.gan_images import GAN_COLUMNS, DCGANTrainer, GANColumns
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 
-from helpers import StopAt, run_worker
+from helpers import StopAt, worker_main
 
 
 def mlp(n_in, n_out, hidden=64):
@@ -53,4 +53,4 @@ def results(learn) -> dict:
 
 
 if __name__ == "__main__":
-    run_worker(__doc__, build_learner, results)
+    worker_main(__doc__, build_learner, results)

@@ -5,6 +5,7 @@ import io
 import os
 import signal
 import subprocess
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -15,8 +16,8 @@ from torch import nn
 
 from looplab.callback import Callback, CancelFitException
 from looplab.checkpoint import load_checkpoint, save_checkpoint
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 
 PNG = b"\x89PNG\r\n\x1a\n"  # the first bytes of every PNG file
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's, driven through playwright: never a browser playwright downloads
@@ -170,8 +171,8 @@ def run_results(learn, columns, resumed_from: dict, **extra) -> dict:
             "n_iter": learn.n_iter, "resumed_from": resumed_from, **extra}
 
 
-def run_worker(description: str, build_learner, results) -> None:
-    "A worker's command line: build the learner (stopping after --stop-at), --resume from a file, fit, save `results`."
+def worker_main(description: str, build_learner, results) -> None:
+    "A worker script's main: its command line: build the learner (stopping after --stop-at), --resume from a file, fit, save `results`."
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("out", help="where to save the results")
     parser.add_argument("--epochs", type=int, default=2)
@@ -185,6 +186,14 @@ def run_worker(description: str, build_learner, results) -> None:
         load_checkpoint(learn, args.resume)
     learn.fit(args.epochs)
     torch.save(results(learn), args.out)
+
+
+def run_worker(script: Path, out: Path, *args, env: dict | None = None, timeout: float = 300) -> dict | None:
+    "Run the worker `script` with `out` and `args` to its end (a failure shows its stderr); what it saved at `out`, or None."
+    done = subprocess.run([sys.executable, str(script), str(out), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=None if env is None else {**os.environ, **env})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return torch.load(out, weights_only=True) if Path(out).exists() else None
 
 
 # Processes a test starts: each in a process group of its own, ended whatever way the test ends. conftest.py turns

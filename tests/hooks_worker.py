@@ -9,7 +9,8 @@ from looplab.callback import Callback
 from looplab.conv import conv_net, signal_dls
 from looplab.engines import DistributedDataParallelEngine
 from looplab.activations import ActivationStats, _sample_index
-from looplab.learner import Learner, set_seed
+from looplab.data import set_seed
+from looplab.learner import Learner
 
 CHANNELS = (8, 16)  # conv_net's layers: 1 Conv1d, 3 Conv1d, 8 Linear
 

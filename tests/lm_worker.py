@@ -4,8 +4,8 @@ batches, resumes from the checkpoint if there is one, and saves what the tests c
 import torch
 
 from looplab.checkpoint_callback import Checkpoint
-from looplab.data import DataLoaders
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Perplexity
 from looplab.regularize import RNNRegularizer
 from looplab.stateful import BPTTBatches, CarryState, LSTMLanguageModel, Vocab, batchify, grammar_text

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from looplab.checkpoint import load_checkpoint
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 from looplab.monitor import SWA, EarlyStopping, SaveBestModel
 from looplab.regularize import GradientAccumulation, GradientClipping, MixUp

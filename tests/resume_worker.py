@@ -12,8 +12,8 @@ from torch import nn
 from looplab.callback import Callback
 from looplab.checkpoint import save_checkpoint
 from looplab.checkpoint_callback import Checkpoint
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 from helpers import PrintProgress, StopAfter, kill_and_resume_parser, resume_if_saved, run_results
 

@@ -204,7 +204,7 @@ REOPEN_CELLS = [
     "per_rank = lambda rank: make_epochwise_batch_sampler(range(24), shuffle_seed=0, num_replicas=2, rank=rank, "
     "batch_size=4)\nSamplerPlot(per_rank, n_ranks=2, n_epochs=3, skip=5)",
     "from torch import nn\nfrom looplab.data import DataLoaders, load_digits\n"
-    "from looplab.learner import Learner, set_seed\nfrom looplab.loss_plot import LossPlot\nset_seed(0)\n"
+    "from looplab.data import set_seed\nfrom looplab.learner import Learner\nfrom looplab.loss_plot import LossPlot\nset_seed(0)\n"
     "dls = DataLoaders.from_tensors(*load_digits(), bs=64)\n"
     "learn = Learner(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)), dls, progress=False)",
     "learn.fit(100_000, cbs=LossPlot())  # Stop, once",

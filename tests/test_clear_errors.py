@@ -16,17 +16,17 @@ import looplab
 from looplab.callback import Callback
 from looplab.checkpoint import load_checkpoint, save_checkpoint
 from looplab.checks import refuses
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.engine import DeviceEngine, Engine, EngineBase
 from looplab.files import CheckpointError, read_checkpoint
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.lr_plot import LRPlot
 from looplab.monitor import SWA, SaveBestModel
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def digits_learner(*sizes, cbs=(), progress=False) -> Learner:
+def mlp_learner(*sizes, cbs=(), progress=False) -> Learner:
     "A seeded learner of linear layers of `sizes` (ReLU between them) on the digits."
     set_seed(0)
     layers = []
@@ -60,7 +60,7 @@ def same(a, b) -> bool:
 
 @pytest.mark.parametrize("save", ["learn.save", "save_checkpoint"])
 def test_a_save_to_a_symbolic_link_writes_through_it_and_the_link_stays(tmp_path, save):
-    learn = digits_learner(64, 10)
+    learn = mlp_learner(64, 10)
     learn.fit(1)
     (tmp_path / "runs").mkdir()
     target = tmp_path / "runs" / "run-1.pt"
@@ -81,13 +81,13 @@ def test_a_save_to_a_symbolic_link_writes_through_it_and_the_link_stays(tmp_path
 
 
 def test_a_chain_of_links_and_a_dangling_link_are_written_through(tmp_path):
-    learn = digits_learner(64, 10)
+    learn = mlp_learner(64, 10)
     target = tmp_path / "store" / "weights.pt"  # neither the file nor its folder exists yet
     (tmp_path / "middle.pt").symlink_to(target)
     (tmp_path / "front.pt").symlink_to(tmp_path / "middle.pt")
     learn.save(tmp_path / "front.pt")
     assert (tmp_path / "front.pt").is_symlink() and (tmp_path / "middle.pt").is_symlink() and target.is_file()
-    fresh = digits_learner(64, 10)
+    fresh = mlp_learner(64, 10)
     fresh.load(tmp_path / "front.pt")
     assert same(params(fresh), params(learn))
 
@@ -98,7 +98,7 @@ def test_a_link_to_a_read_only_file_is_refused_and_both_stay(tmp_path):
     target.chmod(0o444)
     (tmp_path / "link.pt").symlink_to(target)
     try:
-        refuses(lambda: digits_learner(64, 10).save(tmp_path / "link.pt"), PermissionError, "read-only")
+        refuses(lambda: mlp_learner(64, 10).save(tmp_path / "link.pt"), PermissionError, "read-only")
     finally:
         target.chmod(0o644)
     assert (tmp_path / "link.pt").is_symlink() and target.read_bytes() == b"old bytes"
@@ -108,7 +108,7 @@ def test_a_link_to_a_read_only_file_is_refused_and_both_stay(tmp_path):
 
 @pytest.fixture
 def run_file(tmp_path) -> Path:
-    learn = digits_learner(64, 10)
+    learn = mlp_learner(64, 10)
     learn.fit(1)
     return save_checkpoint(learn, tmp_path / "run.pt")
 
@@ -143,26 +143,26 @@ def test_a_higher_version_from_this_looplab_is_an_edit_and_from_a_newer_one_an_u
 # Another model's checkpoint, a DDP-wrapped state_dict, strict=False
 
 def test_a_checkpoint_of_another_model_is_named_by_its_keys_not_the_optimizer_groups(tmp_path):
-    learn = digits_learner(64, 10)
+    learn = mlp_learner(64, 10)
     learn.fit(1)
     save_checkpoint(learn, tmp_path / "run.pt")
-    deeper = digits_learner(64, 10, 10)
+    deeper = mlp_learner(64, 10, 10)
     deeper.create_opt()  # group 0 has 4 parameters here, 2 in the file
     message = refuses(lambda: load_checkpoint(deeper, tmp_path / "run.pt"), CheckpointError,
-                      "'2.weight' is missing from the saved model", "nothing was loaded")
+                      "missing keys (in this model, not saved): 2.weight", "nothing was loaded")
     assert "group 0" not in message
-    wider = digits_learner(64, 16)
-    refuses(lambda: load_checkpoint(wider, tmp_path / "run.pt"), CheckpointError, "'0.weight'", "(10, 64)", "(16, 64)")
+    wider = mlp_learner(64, 16)
+    refuses(lambda: load_checkpoint(wider, tmp_path / "run.pt"), CheckpointError, "0.weight (10, 64) (this model's (16, 64))")
 
 
 @pytest.mark.parametrize("with_opt", [False, True])
 def test_a_state_dict_of_a_ddp_wrapped_model_loads_without_its_prefix_and_says_so(tmp_path, with_opt):
-    learn = digits_learner(64, 32, 10)
+    learn = mlp_learner(64, 32, 10)
     learn.fit(1)
     wrapped = {f"module.{key}": value for key, value in learn.model.state_dict().items()}
     optimizers = {name: opt.state_dict() for name, opt in learn.opts.items()}
     torch.save({"model": wrapped, "optimizers": optimizers} if with_opt else wrapped, tmp_path / "ddp.pt")
-    fresh = digits_learner(64, 32, 10)
+    fresh = mlp_learner(64, 32, 10)
     said = user_warnings(lambda: fresh.load(tmp_path / "ddp.pt", with_opt=with_opt))
     assert len(said) == 1 and "'module.'" in said[0] and "DistributedDataParallel" in said[0]
     assert same(params(fresh), params(learn))
@@ -181,16 +181,16 @@ def test_a_prefix_the_model_itself_has_is_left_alone(tmp_path):
 
 
 def test_strict_false_loads_the_shared_keys_keeps_the_others_and_names_both(tmp_path):
-    body = digits_learner(64, 32)
+    body = mlp_learner(64, 32)
     body.save(tmp_path / "body.pt")
-    learn = digits_learner(64, 32, 10)
+    learn = mlp_learner(64, 32, 10)
     head = learn.model[2].weight.detach().clone()
     refuses(lambda: learn.load(tmp_path / "body.pt"), ValueError, "missing keys", "2.weight",
             "learn.load(path, strict=False)")
     said = user_warnings(lambda: learn.load(tmp_path / "body.pt", strict=False))
     assert len(said) == 1 and "loaded 2 of this model's 4 tensors" in said[0] and "2.weight, 2.bias" in said[0]
     assert torch.equal(learn.model[0].weight, body.model[0].weight) and torch.equal(learn.model[2].weight, head)
-    extra = digits_learner(64, 32, 10, 10)
+    extra = mlp_learner(64, 32, 10, 10)
     extra.save(tmp_path / "extra.pt")
     said = user_warnings(lambda: learn.load(tmp_path / "extra.pt", strict=False))
     assert "in the file and not in this model: 4.weight, 4.bias" in said[0]
@@ -199,14 +199,14 @@ def test_strict_false_loads_the_shared_keys_keeps_the_others_and_names_both(tmp_
 
 
 def test_strict_false_refuses_other_shapes_the_optimizers_and_a_non_bool(tmp_path):
-    digits_learner(64, 16).save(tmp_path / "narrow.pt")
-    learn = digits_learner(64, 32, 10)
+    mlp_learner(64, 16).save(tmp_path / "narrow.pt")
+    learn = mlp_learner(64, 32, 10)
     before = params(learn)
     refuses(lambda: learn.load(tmp_path / "narrow.pt", strict=False), ValueError, "0.weight (16, 64)", "drop it",
             "nothing was loaded")
     refuses(lambda: learn.load(tmp_path / "narrow.pt", with_opt=True, strict=False), ValueError,
             "with_opt=True, strict=False", "fits only the whole model")
-    refuses(lambda: learn.load(tmp_path / "narrow.pt", strict=0), TypeError, "strict must be True or False", "0")
+    refuses(lambda: learn.load(tmp_path / "narrow.pt", strict=0), TypeError, "strict must be a bool", "0")
     assert same(params(learn), before)
 
 
@@ -250,12 +250,12 @@ class RemoveAt(Callback):
 def test_removed_mid_fit_the_model_keeps_its_weights_and_a_warning_says_where_the_others_are(make):
     cb = make()
     remover = RemoveAt(cb)
-    learn = digits_learner(64, 32, 10, cbs=[ScriptedValidLoss()])
+    learn = mlp_learner(64, 32, 10, cbs=[ScriptedValidLoss()])
     said = user_warnings(lambda: learn.fit(4, cbs=[cb, remover]))
     assert same(remover.before, remover.after)
     assert len(said) == 1 and f"{type(cb).__name__} was removed in the middle of the fit" in said[0]
     assert "keeps its current weights" in said[0] and ("best_epoch 1" in said[0] or "average of 2 epochs" in said[0])
-    reference = digits_learner(64, 32, 10, cbs=[ScriptedValidLoss()])
+    reference = mlp_learner(64, 32, 10, cbs=[ScriptedValidLoss()])
     reference.fit(4)  # trained on from the current weights: the run without the callback at all
     assert same(params(learn), params(reference))
 
@@ -265,7 +265,7 @@ def test_removed_mid_fit_the_model_keeps_its_weights_and_a_warning_says_where_th
 def test_at_the_fits_end_the_best_or_averaged_weights_are_still_loaded_without_a_word(make):
     cb = make()
     seen = WeightsAtEpochEnd()
-    learn = digits_learner(64, 32, 10, cbs=[ScriptedValidLoss(), seen])
+    learn = mlp_learner(64, 32, 10, cbs=[ScriptedValidLoss(), seen])
     assert user_warnings(lambda: learn.fit(4, cbs=[cb])) == []
     assert not same(params(learn), seen.weights[-1])  # the best (epoch 1) or the average, not the last epoch's
     if isinstance(cb, SaveBestModel):
@@ -316,7 +316,7 @@ def test_every_public_name_bound_at_the_top_is_in_all_and_every_name_of_all_is_s
 def test_lr_plot_on_a_fit_of_no_epoch_trains_nothing_and_plans_nothing(plan):
     given = {"sched_fn": lambda pct: 0.1 * (1 - pct), "mom_fn": lambda pct: 0.9,
              "scheduler": lambda opt: torch.optim.lr_scheduler.LinearLR(opt, total_iters=5)}
-    learn = digits_learner(64, 10)
+    learn = mlp_learner(64, 10)
     learn.opt_func = lambda ps, lr: torch.optim.SGD(ps, lr=lr, momentum=0.9)
     lr_plot = LRPlot(**{plan: given[plan]}, mode="text")
     learn.fit(0, cbs=lr_plot)
@@ -360,7 +360,7 @@ class FromEngine(Engine):
 
 @pytest.mark.parametrize("ask, dtype", [("to_fp16", "torch.float16"), ("to_bf16", "torch.bfloat16")])
 def test_mixed_precision_of_an_engine_written_from_engine_names_the_fix_and_changes_nothing(ask, dtype):
-    learn = digits_learner(64, 10)
+    learn = mlp_learner(64, 10)
     learn.engine = FromEngine("cpu")
     refuses(lambda: getattr(learn, ask)(), ValueError, f"FromEngine does not say how to train in {dtype}",
             "with_precision(self, dtype)", "DeviceEngine", "Learner(engine=...)")

@@ -194,7 +194,8 @@ def test_epoch_order_alone_is_the_order_and_the_position():
 def test_a_validation_set_leaves_training_bit_identical():
     "from_tensors' validation loader draws from its own generator: a Learner with dropout trains the same without it."
     from torch import nn
-    from looplab.learner import Learner, set_seed
+    from looplab.data import set_seed
+    from looplab.learner import Learner
 
     def train(with_valid: bool) -> list:
         dls = DataLoaders.from_tensors(*load_digits(), bs=64, seed=1)

@@ -15,9 +15,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from looplab.callback import CallbackError
 from looplab.checkpoint import load_checkpoint, save_checkpoint
 from looplab.checkpoint_callback import Checkpoint
-from looplab.data import DataLoaders, collate_batch, load_digits
+from looplab.data import DataLoaders, collate_batch, load_digits, set_seed
 from looplab.datasets import SeededBatchSampler, from_datasets, item_seeds, seed_item
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.resume import StatefulLoader, make_epochwise_batch_sampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -78,7 +78,7 @@ def test_plain_loader_refuses_every_n_batches_before_the_first_batch(tmp_path):
         lrn.fit(1)
     message = str(info.value.__cause__)
     assert isinstance(info.value.__cause__, ValueError)
-    for fragment in ("every_n_batches=5", "cannot restart in the middle of an epoch", "looplab.datasets.from_datasets",
+    for fragment in ("every_n_batches=5", "cannot start in the middle of an epoch", "looplab.datasets.from_datasets",
                      "from_tensors", "StatefulDataLoader"):
         assert fragment in message, message
     assert lrn.n_iter == 0 and not path.exists() and list(tmp_path.iterdir()) == []

@@ -47,7 +47,7 @@ def test_validation_accuracy_over_ranks_is_exact_on_an_odd_validation_set(nprocs
     assert sum(counts) == 359 and max(counts) - min(counts) == 1
     params, metrics, _ = results[0]
     assert all(r[1] == metrics for r in results)
-    single = w.digits_learner(DeviceEngine("cpu"))
+    single = w.ddp_digits_learner(DeviceEngine("cpu"))
     single.model.load_state_dict(params)
     expected = single.validate()
     assert metrics["accuracy"] == expected["accuracy"]

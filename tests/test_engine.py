@@ -15,9 +15,9 @@ from looplab.callback import (EVENTS, Callback, CancelBackwardException, CancelB
                               CancelException, CancelFitException, CancelStepException, CancelValidateException,
                               CancelZeroGradException)
 from looplab.checkpoint import learner_state, load_learner_state
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.engine import AMPEngine, DeviceEngine, Engine
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 
 WORKER = Path(__file__).resolve().parent / "engine_worker.py"
 X, Y = load_digits()
@@ -260,12 +260,12 @@ def test_a_state_from_other_optimizers_or_another_engine_is_refused_before_anyth
     before = [p.detach().clone() for p in amp.model.parameters()]
     with pytest.raises(ValueError, match="saved by a DeviceEngine.*AMPEngine"):
         load_learner_state(amp, state)
-    assert all(torch.equal(b, p) for b, p in zip(before, amp.model.parameters())) and amp._resume is None
+    assert all(torch.equal(b, p) for b, p in zip(before, amp.model.parameters())) and not amp.resuming
     two = quiet(Learner(small_model(), batches(2)))
     two.opts = {"g": torch.optim.SGD(two.model.parameters(), 0.1), "d": torch.optim.SGD(two.model.parameters(), 0.1)}
     with pytest.raises(ValueError, match=r"optimizers \['main'\].*\['d', 'g'\]"):
         load_learner_state(two, state)
-    assert two._resume is None
+    assert not two.resuming
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; runs on a GPU machine")

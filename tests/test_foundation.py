@@ -1,4 +1,5 @@
 "Foundation: README in sync, the Learner in a plain script, exact reducers, callback order, bad input."
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from looplab.callback import Callback, CallbackHandler
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy, MeanReducer, as_reducers, wrap_reducer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,8 +27,8 @@ def test_readme_is_index_notebook():
 SCRIPT = """
 import torch
 from torch import nn
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 set_seed(0)
 dls = DataLoaders.from_tensors(*load_digits(), bs=64)
@@ -106,9 +107,14 @@ x, y = load_digits()
 tiny = DataLoaders([(x[:8], y[:8])], [(x[8:20], y[8:20])])
 
 
-@pytest.mark.parametrize("n_epochs", [-1, 1.5, "2", True, None])
-def test_bad_n_epochs(n_epochs):
-    with pytest.raises(ValueError, match="n_epochs must be an int >= 0"):
+@pytest.mark.parametrize("n_epochs, error, words", [(-1, ValueError, "n_epochs must be an int >= 0, got -1"),
+                                                     (1.5, TypeError, "n_epochs must be an int, got 1.5 of type float"),
+                                                     ("2", TypeError, "n_epochs must be an int, got '2' of type str"),
+                                                     (True, TypeError, "n_epochs must be an int, got True of type bool"),
+                                                     (None, TypeError, "n_epochs must be an int, got None")])
+def test_bad_n_epochs(n_epochs, error, words):
+    "A wrong type is a TypeError, a wrong value a ValueError, as checks.check_int says everywhere."
+    with pytest.raises(error, match=re.escape(words)):
         Learner(model(), tiny).fit(n_epochs)
 
 

@@ -1,14 +1,12 @@
 "Mixed precision by hand (looplab.fp16): dynamic scaling, masters, accuracy, recorded loss, resume in a new process."
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from helpers import digits_learner
+from helpers import digits_learner, run_worker
 from looplab.callback import Callback, CallbackError, CancelStepException, CancelZeroGradException
 from looplab.engine import AMPEngine
 from looplab.fp16 import LossScale, MixedPrecision, check_half
@@ -178,18 +176,11 @@ def test_bad_input_is_a_clear_error(monkeypatch):
         check_half(torch.device("cpu"), torch.float16)
 
 
-def run_worker(out, *args):
-    cmd = [sys.executable, str(WORKER), str(out), *map(str, args)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return torch.load(out, weights_only=True)
-
-
 def test_interrupted_run_resumes_bit_for_bit_in_a_new_process(tmp_path):
     stop_at = random.Random().randint(2, 40)  # any batch of the first two epochs (23 batches each)
-    whole = run_worker(tmp_path / "whole.pt")
-    run_worker(tmp_path / "stopped.pt", "--stop-at", stop_at, "--ckpt", tmp_path / "ckpt.pt")
-    resumed = run_worker(tmp_path / "resumed.pt", "--resume", tmp_path / "ckpt.pt")
+    whole = run_worker(WORKER, tmp_path / "whole.pt")
+    run_worker(WORKER, tmp_path / "stopped.pt", "--stop-at", stop_at, "--ckpt", tmp_path / "ckpt.pt")
+    resumed = run_worker(WORKER, tmp_path / "resumed.pt", "--resume", tmp_path / "ckpt.pt")
     assert whole["n_skipped"] >= 1 and whole["n_skipped"] == resumed["n_skipped"]  # the injected overflow and more
     assert all(torch.equal(a, b) for a, b in zip(whole["params"], resumed["params"])), f"stopped at {stop_at}"
     assert torch.equal(whole["losses"], resumed["losses"]) and torch.equal(whole["valid"], resumed["valid"])

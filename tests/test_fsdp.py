@@ -30,17 +30,17 @@ def gap(a, b):
 def test_fsdp_matches_ddp_and_one_process_with_the_global_batch_clipped_accumulated_and_in_bf16():
     ranks = launch(w.fit_each, nprocs=2, args=(1,))
     legs = ranks[0]
-    one = w.digits_learner(DeviceEngine("cpu"), cbs=[GradientClipping(max_norm=0.5)])
+    one = w.adam_digits_learner(DeviceEngine("cpu"), cbs=[GradientClipping(max_norm=0.5)])
     one.fit(1)
     single = one.model.state_dict()
     assert legs["FSDP"][3] == legs["DDP"][3] == one.n_steps == 9
     assert gap(legs["FSDP"][0], legs["DDP"][0]) <= TOL
     assert gap(legs["FSDP"][0], single) <= TOL
-    accumulated = w.digits_learner(DeviceEngine("cpu"), cbs=[GradientClipping(max_norm=0.5), GradientAccumulation(2)])
+    accumulated = w.adam_digits_learner(DeviceEngine("cpu"), cbs=[GradientClipping(max_norm=0.5), GradientAccumulation(2)])
     accumulated.fit(1)
     assert gap(legs["FSDP accumulate"][0], accumulated.model.state_dict()) <= TOL  # sharded grads add up
     assert legs["FSDP accumulate"][3] == accumulated.n_steps == 5
-    assert gap(legs["FSDP"][0], w.digits_learner(DeviceEngine("cpu")).model.state_dict()) > 1e-2  # it trained
+    assert gap(legs["FSDP"][0], w.adam_digits_learner(DeviceEngine("cpu")).model.state_dict()) > 1e-2  # it trained
     assert all(torch.equal(ranks[1]["FSDP"][0][k], v) for k, v in legs["FSDP"][0].items())  # one model
     # bfloat16 gathers round the weights to 3 significant digits: near the float32 run, not equal
     assert 0 < gap(legs["FSDP bf16"][0], legs["FSDP"][0]) < 0.05
@@ -107,5 +107,5 @@ def test_learn_save_under_fsdp_writes_the_whole_weights_plain_torch_reads_and_le
     assert set(plain) == set(whole) and all(torch.equal(plain[k], whole[k]) for k in whole)
     assert all(torch.equal(loaded[k], whole[k]) for k in whole)  # sharded back into a fresh FSDP learner
     assert "save_checkpoint" in refusal and "with_opt=True" in refusal
-    model = w.digits_learner(DeviceEngine("cpu")).model
+    model = w.adam_digits_learner(DeviceEngine("cpu")).model
     model.load_state_dict(plain)  # the obvious line of a plain torch script

@@ -50,7 +50,7 @@ def test_batchnorm_buffers_agree_over_the_ranks_and_a_two_rank_resume_is_bit_for
 
 
 def test_fsdp_seams_are_refused_with_their_fix_or_work(tmp_path):
-    source = w.digits_learner(DeviceEngine("cpu"), n=240)
+    source = w.adam_digits_learner(DeviceEngine("cpu"), n=240)
     source.fit(1)
     source.save(tmp_path / "both.pt", with_opt=True)  # whole weights and whole Adam state, from one process
     out, other = launch(w.seams, nprocs=2, args=(tmp_path / "both.pt",))

@@ -26,7 +26,7 @@ torch.set_num_threads(1)
 
 def whole_opt_state_and_unreadable_shards(whole_opt_file, tmp):
     "learn.load/save(with_opt=True) under FSDP after a fit, then a checkpoint whose shards cannot be read."
-    learn = w.digits_learner(FSDPEngine(device="cpu"), n=240)
+    learn = w.adam_digits_learner(FSDPEngine(device="cpu"), n=240)
     learn.fit(1)
     before = w.full_weights(learn.model)
     out = {"load": w._attempt(lambda: learn.load(whole_opt_file, with_opt=True)),
@@ -42,14 +42,14 @@ def whole_opt_state_and_unreadable_shards(whole_opt_file, tmp):
         def unreadable(*args, **kwargs):
             raise OSError(errno.EIO, "Input/output error")
         w.dcp.FileSystemReader.read_data = unreadable
-    out["read error"] = w._attempt(lambda: load_checkpoint(w.digits_learner(FSDPEngine(device="cpu"), n=240),
+    out["read error"] = w._attempt(lambda: load_checkpoint(w.adam_digits_learner(FSDPEngine(device="cpu"), n=240),
                                                            tmp / "run.pt"))
     w.dcp.FileSystemReader.read_data = read
     return out
 
 
 def test_whole_optimizer_state_is_refused_before_anything_loads_and_read_errors_are_not_misfits(tmp_path):
-    source = w.digits_learner(DeviceEngine("cpu"), n=240)
+    source = w.adam_digits_learner(DeviceEngine("cpu"), n=240)
     source.fit(1)
     source.save(tmp_path / "both.pt", with_opt=True)  # whole weights and whole Adam state, from one process
     for out in launch(whole_opt_state_and_unreadable_shards, nprocs=2, args=(tmp_path / "both.pt", tmp_path)):
@@ -70,21 +70,21 @@ class ShardReadFails(DeviceEngine):
 
 
 def test_a_checkpoint_that_cannot_be_read_is_named_as_such_not_as_a_misfit(tmp_path):
-    learn = w.digits_learner(ShardReadFails("cpu"), n=240)  # it saves as DeviceEngine does
+    learn = w.adam_digits_learner(ShardReadFails("cpu"), n=240)  # it saves as DeviceEngine does
     learn.fit(1)
     path = save_checkpoint(learn, tmp_path / "run.pt")
     with pytest.raises(CheckpointError) as caught:
-        load_checkpoint(w.digits_learner(ShardReadFails("cpu"), n=240), path)
+        load_checkpoint(w.adam_digits_learner(ShardReadFails("cpu"), n=240), path)
     assert str(caught.value) == "the shards folder 'run.pt.1234.dcp' of checkpoint 'run.pt' could not be read"
     w._flip_byte(path)  # a damaged plain file: refused as damaged, naming it
     with pytest.raises(CheckpointError) as caught:
-        load_checkpoint(w.digits_learner(DeviceEngine("cpu"), n=240), path)
+        load_checkpoint(w.adam_digits_learner(DeviceEngine("cpu"), n=240), path)
     assert str(path) in str(caught.value) and "does not fit" not in str(caught.value)
 
 
 def rank0_cannot_write(target):
     "learn.save under DDP where rank 0's write fails (a full disk): how long each rank takes to raise, and what."
-    learn = w.digits_learner(DistributedDataParallelEngine(device="cpu"), n=240)
+    learn = w.adam_digits_learner(DistributedDataParallelEngine(device="cpu"), n=240)
     if learn.engine.rank == 0:
         def full_disk(*args, **kwargs):
             raise OSError(errno.ENOSPC, "No space left on device")

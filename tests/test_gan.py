@@ -1,11 +1,8 @@
 "GAN training (looplab.gan, looplab.gan_images): freezing, switchers, mode coverage, resume in a new process, AMP."
 import io
 import math
-import os
 import random
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,15 +11,15 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback, CallbackError
-from looplab.data import DataLoaders, make_rings
+from looplab.data import DataLoaders, make_rings, set_seed
 from looplab.engine import AMPEngine
 from looplab.gan import (AdaptiveGANSwitcher, FixedGANSwitcher, GANLoss, GANModule, GANTrainer, gan_learner,
                          ring_scatter, wgan_crit_loss, wgan_gen_loss)
 from looplab.gan_images import DCGANTrainer, GANColumns, GANPlot, digit_grid
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.widgets import LivePlotWarning, Throttle
 
-from helpers import PNG
+from helpers import PNG, run_worker
 
 WORKER = Path(__file__).with_name("gan_worker.py")
 
@@ -147,13 +144,19 @@ def test_gan_under_amp_bfloat16_runs():
 
 
 def test_bad_input_is_a_clear_error():
-    for bad in (0, -3, 1.5, True):
-        with pytest.raises(ValueError, match=rf"n_crit must be an int >= 1.*got {bad!r}"):
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match=rf"n_crit must be an int >= 1, got {bad!r}"):
+            FixedGANSwitcher(n_crit=bad)
+    for bad in (1.5, True, "2"):  # a wrong type is a TypeError, as every check_int says
+        with pytest.raises(TypeError, match=rf"n_crit must be an int, got {bad!r}"):
             FixedGANSwitcher(n_crit=bad)
     with pytest.raises(ValueError, match="n_gen must be"):
         FixedGANSwitcher(n_gen=0)
     learn = ring_learner(switcher=FixedGANSwitcher(lambda n_g: 0, 1), n=256)
-    with pytest.raises(CallbackError, match=r"n_crit\(0\) must return an int >= 1, got 0"):
+    with pytest.raises(CallbackError, match=r"n_crit\(0\) must be an int >= 1, got 0"):
+        learn.fit(1)
+    learn = ring_learner(switcher=FixedGANSwitcher(1, lambda n_c: 1.0), n=256)
+    with pytest.raises(CallbackError, match=r"n_gen\(\d+\) must be an int, got 1.0 of type float"):
         learn.fit(1)
     learn = ring_learner(critic=nn.Linear(2, 3), n=256)
     with pytest.raises(ValueError, match=r"one score per item.*\(64, 3\)"):
@@ -262,20 +265,12 @@ def test_gan_plot_bad_input():
         learn.fit(1)
 
 
-def run_worker(out, *args, mode="alternate"):
-    cmd = [sys.executable, str(WORKER), str(out), *map(str, args)]
-    env = {**os.environ, "GAN_MODE": mode}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return torch.load(out, weights_only=True)
-
-
 @pytest.mark.parametrize("mode", ["alternate", "dcgan"])
 def test_gan_run_checkpointed_mid_run_resumes_bit_for_bit_in_a_new_process(tmp_path, mode):
     stop_at = random.Random().randint(2, 30)  # 16 batches per epoch, 2 epochs
-    whole = run_worker(tmp_path / "whole.pt", mode=mode)
-    run_worker(tmp_path / "stopped.pt", "--stop-at", stop_at, "--ckpt", tmp_path / "ckpt.pt", mode=mode)
-    resumed = run_worker(tmp_path / "resumed.pt", "--resume", tmp_path / "ckpt.pt", mode=mode)
+    whole = run_worker(WORKER, tmp_path / "whole.pt", env={"GAN_MODE": mode})
+    run_worker(WORKER, tmp_path / "stopped.pt", "--stop-at", stop_at, "--ckpt", tmp_path / "ckpt.pt", env={"GAN_MODE": mode})
+    resumed = run_worker(WORKER, tmp_path / "resumed.pt", "--resume", tmp_path / "ckpt.pt", env={"GAN_MODE": mode})
     where = f"{mode}, stopped after batch {stop_at}"
     assert all(torch.equal(a, b) for a, b in zip(whole["params"], resumed["params"])), where
     for name in ("generator", "critic"):

@@ -9,11 +9,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from looplab.data import DataLoaders, make_rings
+from looplab.data import DataLoaders, make_rings, set_seed
 from looplab.gan import (GANProgress, GANTrainer, bce_crit_loss, gan_learner, nonsaturating_gen_loss, wgan_crit_loss,
                          wgan_gen_loss)
 from looplab.gan_images import GAN_COLUMNS, SCORE_COLUMNS, DCGANTrainer, GANColumns
-from looplab.learner import set_seed
 
 
 def mlp(n_in, n_out, hidden=32):

@@ -17,21 +17,15 @@ from helpers import PNG, StopAt
 from looplab.callback import Callback, CallbackError, CancelFitException
 from looplab.checkpoint import load_checkpoint
 from looplab.conv import conv_net, signal_dls
-from looplab.data import DataLoaders
+from looplab.data import DataLoaders, set_seed
 from looplab.distributed import launch
 from looplab.activations import ActivationPlot, ActivationStats
 from looplab.hooks import Hooks
-from looplab.learner import Learner, set_seed
-from looplab.widgets import LivePlotWarning, Throttle
+from looplab.learner import Learner
+from looplab.widgets import LivePlotWarning
 
 
 pytestmark = pytest.mark.usefixtures("one_thread", "deterministic_cudnn")  # the fixtures are conftest's
-
-
-@pytest.fixture
-def always_due(monkeypatch):
-    "Every throttle is due at every batch: the frame counts do not depend on this machine's speed."
-    monkeypatch.setattr(Throttle, "due", lambda self: True)
 
 
 def learner(n_train=120, cbs=None, model=None) -> Learner:

@@ -16,7 +16,8 @@ from looplab.activations import (ActivationPlot, ActivationStats, _panels, _samp
 from looplab.callback import Callback, CallbackError, CancelFitException
 from looplab.conv import conv_net, signal_dls
 from looplab.hooks import Hook, HookCallback, Hooks, find_modules
-from looplab.learner import Learner, set_seed
+from looplab.data import set_seed
+from looplab.learner import Learner
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the fixture is conftest's
 
@@ -239,7 +240,7 @@ def test_a_bad_modules_list_is_refused_before_the_first_batch():
 
 @pytest.mark.parametrize("call, error, fragment", [
     (lambda: Hooks(nn.Linear(2, 2), print), TypeError, "got one Linear: for one module, use Hook or \\[module\\]"),
-    (lambda: Hook(nn.Linear(2, 2), print, backward="yes"), TypeError, "backward must be True or False"),
+    (lambda: Hook(nn.Linear(2, 2), print, backward="yes"), TypeError, "backward must be a bool"),
     (lambda: ActivationStats(sample=0), ValueError, "sample must be an int >= 1"),
     (lambda: activation_rows([], 40, 10.0, 0.05), ValueError, "a list of one tensor or more, got an empty list"),
     (lambda: ActivationStats(sample=2.5), TypeError, "sample must be an int"),

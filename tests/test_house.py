@@ -70,3 +70,31 @@ def test_every_public_name_is_served_by_the_one_import():
     for public, objects in sorted(homes.items()):
         served = getattr(looplab, public)
         assert any(served is obj for obj in objects), f"looplab.{public} is not the module's own {public}"
+
+
+def imports_the_package_face(path: Path) -> bool:
+    "Whether `path` imports from looplab's `__init__` (`from . import name`, `from looplab import name`, `import looplab`)."
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1 and not node.module and any(a.name not in MODULES for a in node.names):
+                return True
+            if node.level == 0 and node.module == "looplab":
+                return True
+        elif isinstance(node, ast.Import) and any(a.name == "looplab" for a in node.names):
+            return True
+    return False
+
+
+def test_no_module_imports_the_package_face():
+    "The face (`__init__`) imports every module, so a module that imports from it would be an arrow back up."
+    assert imports_the_package_face(PACKAGE / "__init__.py") is False  # the check itself: the face imports modules
+    assert not [name for name, path in MODULES.items() if imports_the_package_face(path)]
+
+
+def test_no_module_serves_names_from_another_by_a_lazy_door():
+    "A module-level `__getattr__` that fetches a name from a later module reaches back at run time: none is left."
+    lazy = [name for name, path in MODULES.items()
+            if any(isinstance(node, ast.FunctionDef) and node.name == "__getattr__" for node in ast.parse(path.read_text()).body)]
+    assert not lazy, f"{lazy} serve old import paths; import the names from their own modules"
+    with pytest.raises(ImportError, match="Checkpoint"):
+        from looplab.checkpoint import Checkpoint  # noqa: F401 (its home is looplab.checkpoint_callback)

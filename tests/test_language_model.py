@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from looplab.callback import Callback, CancelFitException
-from looplab.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from looplab.callback import Callback
+from looplab.checkpoint import load_checkpoint, read_checkpoint
 from looplab.stateful import CarryState
+from helpers import SaveAt, run_worker
 from lm_worker import build_learner, results
 
 WORKER = Path(__file__).resolve().parent / "lm_worker.py"
@@ -23,14 +24,6 @@ TIMEOUT = 300
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the fixture is conftest's
-
-
-def run_worker(out: Path, *args) -> dict:
-    "Run lm_worker.py to the end and load what it saved."
-    proc = subprocess.run([sys.executable, str(WORKER), str(out), *map(str, args)], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr
-    return torch.load(out, weights_only=True)
 
 
 def kill_after(cmd: list[str], n_iter: int) -> None:
@@ -54,7 +47,7 @@ def assert_same_run(result: dict, reference: dict, label: str) -> None:
 
 
 def test_killed_at_a_random_batch_and_resumed_in_a_new_process_is_bit_identical(tmp_path):
-    reference = run_worker(tmp_path / "reference.pt")
+    reference = run_worker(WORKER, tmp_path / "reference.pt")
     n_batches = reference["n_iter"]
     assert n_batches == len(reference["losses"]) > 40
     kill_at = random.Random(21).randrange(5, n_batches - 15)
@@ -66,23 +59,9 @@ def test_killed_at_a_random_batch_and_resumed_in_a_new_process_is_bit_identical(
     saved = read_checkpoint(ckpt)["state"]
     h, c = saved["callbacks"]["carry_state"]["state"]  # the LSTM's state after the last saved batch, carried on
     assert h.shape == c.shape == (2, 8, 24) and h.abs().sum() > 0
-    resumed = run_worker(out, "--ckpt", ckpt, "--every", 3)
+    resumed = run_worker(WORKER, out, "--ckpt", ckpt, "--every", 3)
     assert resumed["resumed_from"]["n_iter"] == saved["loop"]["n_iter"] >= kill_at - 2
     assert_same_run(resumed, reference, f"killed after batch {kill_at}, resumed from {saved['loop']['n_iter']}")
-
-
-class StopAfter(Callback):
-    "Saves a checkpoint after training batch `n`, then stops the fit (never, if `path` is None)."
-    order = 100
-
-    def __init__(self, path=None, n=None):
-        self.path = path
-        self.n = n
-
-    def on_batch_end(self):
-        if self.path is not None and self.learn.training and self.learn.n_iter == self.n:
-            save_checkpoint(self.learn, self.path)
-            raise CancelFitException()
 
 
 class CarryUnsaved(CarryState):
@@ -95,12 +74,12 @@ def resumed_run(tmp_path, carry, n: int):
     "A run stopped after batch `n` with a checkpoint, resumed in a new learner; the checkpoint's warnings."
     path = tmp_path / f"{carry.__name__}.pt"
     first = build_learner(carry=carry)
-    first.add_cbs(StopAfter(path, n))
+    first.add_cbs(SaveAt(path, n_iter=n))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         first.fit(2)
     resumed = build_learner(carry=carry)
-    resumed.add_cbs(StopAfter())
+    resumed.add_cbs(SaveAt())
     load_checkpoint(resumed, path)
     resumed.fit(2)
     return resumed, [str(w.message) for w in caught if w.category is RuntimeWarning]
@@ -108,7 +87,7 @@ def resumed_run(tmp_path, carry, n: int):
 
 def test_without_the_state_in_the_checkpoint_the_resumed_run_differs_and_saving_warns(tmp_path):
     whole = build_learner()
-    whole.add_cbs(StopAfter())
+    whole.add_cbs(SaveAt())
     whole.fit(2)
     reference = results(whole, {})
     kept, kept_warnings = resumed_run(tmp_path, CarryState, 10)

@@ -10,8 +10,8 @@ from helpers import digits_learner
 from looplab.callback import Callback
 from looplab.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from looplab.checks import refuses
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 
 
 def learner(cbs=None, **kwargs):

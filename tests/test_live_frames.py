@@ -8,22 +8,15 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback
-from looplab.data import DataLoaders, load_digits
+from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.gan import gan_learner
 from looplab.gan_images import GANPlot, digit_grid
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.loss_plot import LossPlot
 from looplab.lr_plot import LRPlot
 from looplab.schedule import fit_one_cycle, one_cycle_scheds
-from looplab.widgets import Throttle
 
 from helpers import make_learner
-
-
-@pytest.fixture
-def always_due(monkeypatch):
-    "Make every throttle due at every batch: a frame is drawn at each batch, whatever this machine's speed."
-    monkeypatch.setattr(Throttle, "due", lambda self: True)
 
 
 class AtBatch(Callback):
@@ -72,7 +65,7 @@ def check_clean(fig, animated=()) -> list[str]:
     return problems
 
 
-def digits_learner(**kwargs):
+def wide_digits_learner(**kwargs):
     set_seed(0)
     dls = DataLoaders.from_tensors(*load_digits(), bs=64)
     return Learner(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)), dls, progress=False,
@@ -109,7 +102,7 @@ def test_loss_plot_y_axis_holds_the_smoothed_curve_of_a_second_fit(always_due):
 # --- LRPlot ---------------------------------------------------------------------------------------------------
 
 def test_lr_plot_frames_are_clean_and_the_momentum_axis_fits_its_band(always_due):
-    learn = digits_learner(lr=0.1)
+    learn = wide_digits_learner(lr=0.1)
     n_epochs = 2
     n_steps = n_epochs * len(learn.dls.train)
     plan = one_cycle_scheds(0.4, n_steps)  # momentum between 0.85 and 0.95

@@ -26,11 +26,11 @@ SETUP = """
 import math, time
 from torch import nn
 from looplab.callback import Callback, CancelFitException
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 from looplab.loss_plot import LossPlot
 
-class StopAfter(Callback):
+class StopAfterSeconds(Callback):
     "Cancels the fit once `seconds` have passed since it began, on the wall clock and in this thread's CPU time."
     order = 50
     def __init__(self, seconds):
@@ -48,7 +48,7 @@ learn = Learner(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
 learn.fit(1)  # torch's first-time costs, not the plot's
 epoch_start = time.perf_counter()
 learn.fit(1)
-epoch_seconds = time.perf_counter() - epoch_start  # the fits ask for enough epochs, and StopAfter ends them
+epoch_seconds = time.perf_counter() - epoch_start  # the fits ask for enough epochs, and StopAfterSeconds ends them
 """
 
 
@@ -77,7 +77,7 @@ def kernel():
 @pytest.mark.parametrize("seconds, at_least", [(1, 2), (3, 6)])  # in this order: the first fit is cold
 def test_a_fit_sends_pictures_while_it_trains(kernel, seconds, at_least):
     shown = pictures(kernel, f"learn.fit(max(2, math.ceil(10 * {seconds} / epoch_seconds)), "
-                                 f"cbs=[LossPlot(mode='widget'), StopAfter({seconds})])")
+                                 f"cbs=[LossPlot(mode='widget'), StopAfterSeconds({seconds})])")
     assert shown[-1] == "png"  # the output ends with the picture, not a placeholder
     during = shown[:-1].count("png")
     assert during >= at_least, f"{during} pictures during a {seconds} s fit: {shown}"
@@ -104,7 +104,7 @@ def test_a_gan_fit_sends_pictures_while_it_trains(kernel):
     assert "png" not in pictures(kernel, GAN_SETUP)
     bar = []
     shown = pictures(kernel, "gan.fit(max(2, math.ceil(10 * 5 / gan_epoch_seconds)), "
-                             "cbs=[GANPlot(digit_grid, n_samples=64, mode='widget'), StopAfter(5)])", bar=bar)
+                             "cbs=[GANPlot(digit_grid, n_samples=64, mode='widget'), StopAfterSeconds(5)])", bar=bar)
     assert shown[-1] == "png"  # the output ends with the picture, not a placeholder
     during = shown[:-1].count("png")
     assert during >= 6, f"{during} pictures during a 5 s GAN fit: {shown}"

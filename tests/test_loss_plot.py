@@ -16,7 +16,7 @@ from looplab.data import DataLoaders
 from looplab.loss_plot import LossPlot, compare_runs
 from looplab.metrics import Accuracy
 from looplab.recorder import Recorder, smooth, smoothing_beta
-from looplab.widgets import LivePlotWarning, Throttle
+from looplab.widgets import LivePlotWarning
 
 from helpers import PNG, make_dls, make_learner
 
@@ -43,15 +43,9 @@ class FakeShell:
 
 
 @pytest.fixture
-def always_due(monkeypatch):
-    "Make every throttle due at every batch: the tests then do not depend on how fast this machine draws."
-    monkeypatch.setattr(Throttle, "due", lambda self: True)
-
-
-@pytest.fixture
 def notebook_like(monkeypatch):
     "Make looplab.widgets believe it runs in a notebook with a frontend (widgets are created, display prints)."
-    monkeypatch.setattr(widgets, "_shell", lambda: FakeShell())
+    monkeypatch.setattr(widgets, "ipython_shell", lambda: FakeShell())
     monkeypatch.setattr(widgets, "in_notebook", lambda: True)
     monkeypatch.delenv("IN_TEST", raising=False)
 
@@ -488,12 +482,12 @@ def test_a_bar_says_while_training_that_it_is_a_moment_and_one_plot_says_waiting
 
 
 def test_summaries_write_small_losses_as_the_epoch_table_does():
-    from looplab.progress import _number
+    from looplab.progress import table_number
     plot = LossPlot(mode="text", file=io.StringIO())
     make_learner().fit(1, cbs=plot)
     plot.smooth[-1] = 3.866e-05
     plot.valid_losses[-1] = 0.25
-    assert "loss 3.866e-05 · valid loss 0.2500" in plot._summary() and _number(3.866e-05) == "3.866e-05"
+    assert "loss 3.866e-05 · valid loss 0.2500" in plot._summary() and table_number(3.866e-05) == "3.866e-05"
     assert plot._figures() == ["loss 3.866e-05"]
 
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from looplab.data import DataLoaders
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, set_seed
+from looplab.learner import Learner
 from looplab.optim import SGD, AdamW, param_groups
 from looplab.schedule import ParamScheduler, Sched
 

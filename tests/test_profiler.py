@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback, CancelFitException, CancelStepException
-from looplab.data import DataLoaders
+from looplab.data import DataLoaders, set_seed
 from looplab.distributed import launch
 from looplab.engines import DistributedDataParallelEngine
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.profiler import PHASES, Profiler, ProfilePlot
 from looplab.regularize import GradientAccumulation
 from looplab.widgets import LivePlotWarning, Throttle

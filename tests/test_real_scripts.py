@@ -198,7 +198,7 @@ def test_from_tensors_takes_python_lists_numpy_arrays_and_lists_of_tensors():
 
 
 def test_the_names_at_the_top_and_the_defaults_a_newcomer_expects():
-    assert looplab.set_seed is looplab.data.set_seed is looplab.learner.set_seed
+    assert looplab.set_seed is looplab.data.set_seed and not hasattr(looplab.learner, "set_seed")  # one door a name
     assert set(looplab.__all__) <= set(dir(looplab)) and looplab.__version__
     set_seed(0)
     learn = Learner(mlp(), DataLoaders.from_tensors(*load_digits(), bs=64), lr=0.4, progress=False)

@@ -4,7 +4,6 @@ TensorBoard read back, ablations; and one run combining them, killed at a random
 import copy
 import math
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,10 +13,11 @@ from hypothesis import strategies as st
 import torch
 from torch import nn
 
+from helpers import run_worker
 from looplab.callback import Callback, CallbackError
-from looplab.data import DataLoaders
+from looplab.data import DataLoaders, set_seed
 from looplab.engine import AMPEngine
-from looplab.learner import Learner, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 from looplab.monitor import SWA, EarlyStopping, SaveBestModel, TensorBoardLogger, ablate
 from looplab.regularize import (GradientAccumulation, GradientClipping, LabelSmoothingCrossEntropy, MixUp,
@@ -375,22 +375,17 @@ def test_ablation_runs_the_same_seed_and_data_order():
 
 # --- everything at once, killed at a random batch and resumed in a new process ----------------------------
 
-def run_worker(*args):
-    out = subprocess.run([sys.executable, str(WORKER), *map(str, args)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-
-
 def test_combined_run_killed_at_a_random_batch_resumes_bit_for_bit_in_a_new_process(tmp_path):
-    run_worker(tmp_path / "reference.pt")
+    run_worker(WORKER, tmp_path / "reference.pt")
     reference = torch.load(tmp_path / "reference.pt", weights_only=True)
     n_batches = len(reference["losses"])
     rng = random.Random()
     kills = sorted({rng.randrange(1, n_batches), rng.randrange(1, n_batches), 23 + 4})  # 27: inside a window of 3
     for kill in kills:
         ckpt = tmp_path / f"kill{kill}.ckpt"
-        run_worker(tmp_path / "dead.pt", "--die-after", kill, "--ckpt", ckpt)
+        run_worker(WORKER, tmp_path / "dead.pt", "--die-after", kill, "--ckpt", ckpt)
         assert ckpt.exists() and not (tmp_path / "dead.pt").exists()
-        run_worker(tmp_path / f"resumed{kill}.pt", "--ckpt", ckpt, "--resume")
+        run_worker(WORKER, tmp_path / f"resumed{kill}.pt", "--ckpt", ckpt, "--resume")
         resumed = torch.load(tmp_path / f"resumed{kill}.pt", weights_only=True)
         label = f"killed after batch {kill}"
         assert all(torch.equal(a, b) for a, b in zip(reference["params"], resumed["params"])), label

@@ -15,7 +15,7 @@ from torch.utils.data import DistributedSampler as TorchDistributedSampler  # to
 import looplab.sampler_plot as sampler_plot
 from looplab.resume import make_epochwise_batch_sampler
 from looplab.sampler_plot import SamplerPlot, served
-from looplab.widgets import _png
+from looplab.widgets import png_bytes
 
 from helpers import PNG, run
 
@@ -179,7 +179,7 @@ def test_the_png_is_figsize_times_dpi_and_keeps_its_size_across_epochs(kind, n_r
         assert width <= sampler_plot._MAX_WIDTH
     else:
         assert (width, height) == (figsize[0] * dpi, figsize[1] * dpi)
-    sizes = {sampler_plot._png_size(_png(plot.plot(epoch))) for epoch in [None, 0, 1, 2]}
+    sizes = {sampler_plot._png_size(png_bytes(plot.plot(epoch))) for epoch in [None, 0, 1, 2]}
     assert len(sizes) == 1  # one size, whichever epoch is shown
     (png_width, png_height), = sizes  # matplotlib before 3.8 truncates a fractional pixel: 227.99... gives 227
     assert abs(png_width - width) < 1 and abs(png_height - height) < 1, (sizes, width, height)
@@ -189,8 +189,8 @@ def test_the_folds_show_each_picture_at_its_natural_size():
     plot = SamplerPlot(_epochwise(2), n_ranks=2, n_epochs=3, kind="grid")
     folds = sampler_plot._epoch_folds(plot)
     shown = re.findall(r'<img src="data:image/png;base64,([^"]+)" width="(\d+)" height="(\d+)"', folds)
-    assert [base64.b64decode(data) for data, _, _ in shown] == [_png(plot.plot(epoch)) for epoch in [None, 0, 1, 2]]
-    png_width, png_height = sampler_plot._png_size(_png(plot.plot()))
+    assert [base64.b64decode(data) for data, _, _ in shown] == [png_bytes(plot.plot(epoch)) for epoch in [None, 0, 1, 2]]
+    png_width, png_height = sampler_plot._png_size(png_bytes(plot.plot()))
     assert {(int(w), int(h)) for _, w, h in shown} == {(png_width, png_height)}  # the img's own size, every epoch
 
 

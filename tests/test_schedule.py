@@ -16,19 +16,12 @@ from looplab.data import DataLoaders
 from looplab.lr_plot import LRPlot
 from looplab.schedule import (ParamScheduler, Sched, TorchScheduler, anneal_cos, anneal_exp, anneal_linear, combine_scheds,
                               dry_run_scheduler, fit_flat_cos, fit_one_cycle, fit_sgdr, one_cycle_scheds)
-from looplab.widgets import Throttle
 
 from helpers import PNG, make_dls, make_learner
 
 
 def sgd_mom(params, lr):
     return torch.optim.SGD(params, lr=lr, momentum=0.9)
-
-
-@pytest.fixture
-def always_due(monkeypatch):
-    "Make every throttle due at every batch: the tests then do not depend on how fast this machine draws."
-    monkeypatch.setattr(Throttle, "due", lambda self: True)
 
 
 # --- annealers and phases -------------------------------------------------------------------------------------

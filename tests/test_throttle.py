@@ -134,7 +134,7 @@ def shown(monkeypatch):
     "Widget mode in a fake notebook: LiveFigure.show opens a FakeHandle; yields the handles opened."
     handles = []
     import IPython.display
-    monkeypatch.setattr(widgets, "_shell", lambda: object())
+    monkeypatch.setattr(widgets, "ipython_shell", lambda: object())
     monkeypatch.setattr(IPython.display, "display",
                         lambda obj, display_id=None: handles.append(FakeHandle(obj)) or handles[-1])
     monkeypatch.setattr(LossPlot, "_open_controls", lambda self: None)

@@ -53,7 +53,7 @@ lr_plot.save(r"{tmp_path / 'lr.png'}")
 
 
 def test_in_test_means_no_frontend(monkeypatch):
-    monkeypatch.setattr(widgets, "_shell", lambda: type("Kernelish", (), {"kernel": object()})())
+    monkeypatch.setattr(widgets, "ipython_shell", lambda: type("Kernelish", (), {"kernel": object()})())
     monkeypatch.delenv("IN_TEST", raising=False)
     assert in_notebook()
     monkeypatch.setenv("IN_TEST", "1")
@@ -115,9 +115,9 @@ def test_grown_limits_hold_the_range_and_are_stable(lo, extent, log):
     if log:
         lo = abs(lo) + 1e-6
         hi = lo + extent
-    limits = widgets._grown_limits(None, lo, hi, log)
+    limits = widgets.grown_limits(None, lo, hi, log)
     assert limits[0] <= lo and hi <= limits[1]
-    assert widgets._grown_limits(limits, lo, hi, log) == limits  # nothing new: the background is kept
+    assert widgets.grown_limits(limits, lo, hi, log) == limits  # nothing new: the background is kept
 
 
 # --- the live figure ------------------------------------------------------------------------------------------
@@ -170,7 +170,8 @@ def test_live_titles_held_at_a_fixed_height_are_where_matplotlib_would_place_the
     from torch import nn
     from looplab.activations import ActivationPlot
     from looplab.conv import conv_net, signal_dls
-    from looplab.learner import Learner, set_seed
+    from looplab.data import set_seed
+    from looplab.learner import Learner
     from looplab.loss_plot import LossPlot
     from looplab.lr_plot import LRPlot
     from looplab.profiler import ProfilePlot
