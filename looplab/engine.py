@@ -5,8 +5,10 @@
 # %% ../nbs/04_engine.ipynb #55f73a83
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -16,8 +18,9 @@ from torch import nn
 from .files import _writable_path, atomic_save, read_checkpoint, write_checkpoint
 
 # %% auto #0
-__all__ = ['available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'needs_closure', 'step_closure',
-           'closure_refusal', 'move_optimizer_state', 'check_autocast', 'AMPEngine']
+__all__ = ['RECOMPILES_WARNED', 'available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'needs_closure',
+           'step_closure', 'closure_refusal', 'move_optimizer_state', 'check_autocast', 'AMPEngine', 'RecompileWarning',
+           'WatchedBackend', 'check_compile_options', 'compile_model']
 
 # %% ../nbs/04_engine.ipynb #eff92b36
 def available_devices() -> list[str]:
@@ -50,6 +53,10 @@ def resolve_device(device=None) -> torch.device:
     return device
 
 # %% ../nbs/04_engine.ipynb #4afbcabf
+def _uncompiled(model: nn.Module) -> nn.Module:
+    "The module inside `torch.compile(module)`'s wrapper (whose keys all start `_orig_mod.`), or `model` itself."
+    return model._orig_mod if isinstance(model, torch._dynamo.eval_frame.OptimizedModule) else model
+
 _TENSOR_METHODS = ("sync_device", "sync_tensor", "autocast", "backward_loss", "optimizer_step", "zero_grad")
 
 class EngineBase:
@@ -95,8 +102,10 @@ class EngineBase:
                          "build the engine you want in that precision yourself and pass it as Learner(engine=...)")
 
     def unwrap_model(self, model: nn.Module) -> nn.Module:
-        "The user's model inside a `DataParallel` or `DistributedDataParallel` wrapper."
-        return model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
+        "The user's model inside `torch.compile`'s wrapper and a `DataParallel` or `DistributedDataParallel` one."
+        model = _uncompiled(model)  # learn.compile wraps outside DDP; a model compiled by hand sits inside
+        wrapped = isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel))
+        return _uncompiled(model.module) if wrapped else model
 
 # %% ../nbs/04_engine.ipynb #b8443abe
 class Engine(EngineBase):
@@ -363,3 +372,83 @@ class AMPEngine(DeviceEngine):
 
     def __repr__(self) -> str:
         return f"AMPEngine(dtype={self.dtype}, device={str(self.device)!r})"
+
+# %% ../nbs/04_engine.ipynb #c0a1e002
+_COMPILE_ARGS = ("fullgraph", "dynamic", "backend", "mode", "options", "disable", "recompile_limit")
+RECOMPILES_WARNED = 6  # recompiles of one frame for a changed value (not a new shape or mode): dynamo stops at 8
+_BOUNDED = ("size mismatch", "stride mismatch", "requires_grad mismatch", "dtype mismatch", "GLOBAL_STATE changed")
+
+class RecompileWarning(UserWarning):
+    "One frame of a compiled model compiled again and again: a value its guards check changes at every batch."
+
+class WatchedBackend:
+    "torch.compile's backend (`mode` and `options` bound as torch binds them) that warns when a frame keeps recompiling."
+    def __init__(self, backend="inductor", mode: str | None = None, options: dict | None = None, dynamic=None):
+        if backend == "inductor":
+            self.backend = torch._TorchCompileInductorWrapper(mode, options, dynamic)
+        elif mode is not None or options is not None:
+            self.backend = torch._TorchCompileWrapper(backend, mode, options, dynamic)
+        else:
+            self.backend = torch._dynamo.lookup_backend(backend)
+        self.name = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
+        self.graphs = 0  # graphs compiled through this backend
+        self.compiles = collections.Counter()  # graphs compiled per frame (a function dynamo runs)
+        self.recompiles = collections.Counter()  # per frame: compiles again because a checked value changed
+        self.warned = set()  # the frames already named in a warning
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        context = torch._guards.TracingContext.try_get()
+        code = context.traced_code[0] if context is not None and context.traced_code else None
+        self.compiles[code] += 1
+        reasons = torch._dynamo.utils.guard_failures.get(code, [])  # why each earlier compile of it no longer fits
+        if reasons and not any(kind in reasons[-1] for kind in _BOUNDED):
+            self.recompiles[code] += 1
+        limit = torch._dynamo.config.recompile_limit
+        if (self.recompiles[code] >= RECOMPILES_WARNED or self.compiles[code] >= limit) and code not in self.warned:
+            self.warned.add(code)
+            newest = max(reasons, key=lambda reason: int(reason.split(":")[0].split("/")[-1]))  # the last entry's
+            warnings.warn(f"a frame of the compiled model ({code.co_name}, {code.co_filename}:{code.co_firstlineno}) "
+                          f"compiled {self.compiles[code]} times, {self.recompiles[code]} of them because a value its "
+                          "guards check changed: if that happens every batch, each batch pays a compile, and from "
+                          f"recompile_limit ({limit}) on the frame runs eagerly. Keep such state out of the forward "
+                          "and its hooks (a callback's hook is named below, if it is the cause), or in tensors. "
+                          f"Dynamo's reason, with the line it checked:\n{newest}", RecompileWarning, stacklevel=2)
+        return self.backend(gm, example_inputs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["backend"], name)  # get_compiler_config, reset: what dynamo asks a backend
+
+def check_compile_options(engine, options: dict) -> dict:
+    "`torch.compile`'s `options` with the backend built once (a `WatchedBackend`); refused if `engine` cannot compile."
+    unknown = sorted(set(options) - set(_COMPILE_ARGS))
+    if unknown:
+        raise TypeError(f"learn.compile() takes torch.compile's arguments ({', '.join(_COMPILE_ARGS)}), "
+                        f"not {', '.join(unknown)}")
+    because = getattr(engine, "no_compile_because", None)
+    if because:
+        raise ValueError(f"learn.compile() under {type(engine).__name__}: {because}")
+    options = dict(options)
+    try:
+        backend = WatchedBackend(options.pop("backend", "inductor"), options.pop("mode", None),
+                                 options.pop("options", None), options.get("dynamic"))
+        torch.compile(nn.Identity(), backend=backend, **options)  # torch checks the rest now; it compiles at a call
+    except Exception as e:
+        raise ValueError(f"torch.compile refused these arguments: {e}") from e
+    return {"backend": backend, **options}
+
+# %% ../nbs/04_engine.ipynb #c0a1e003
+def compile_model(model: nn.Module, options: dict | None, engine) -> nn.Module:
+    "`model` as `engine.init_components` made it, inside `torch.compile(**options)`; itself for `options` None."
+    inner = model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
+    if isinstance(inner, torch._dynamo.eval_frame.OptimizedModule):
+        raise ValueError("the learner's model is torch.compile's wrapper (its keys start with _orig_mod.): give "
+                         "the Learner the model itself and call learn.compile(...) with the same arguments, so that "
+                         "each fit compiles it outside the engine's wrapping and files keep the model's own keys")
+    if options is None:
+        return model
+    because = getattr(engine, "no_compile_because", None)  # the engine may have changed since learn.compile
+    if because:
+        raise ValueError(f"learn.compile() under {type(engine).__name__}: {because}")
+    torch._dynamo.config.skip_nnmodule_hook_guards = False  # a hook a callback adds recompiles, never goes unseen
+    return torch.compile(model, **options)

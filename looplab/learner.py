@@ -22,7 +22,7 @@ from .callback import (Callback, CallbackHandler, CancelBackwardException, Cance
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException, _check_owner)
 from .data import default_split_batch, set_seed
-from .engine import closure_refusal, move_optimizer_state, needs_closure
+from .engine import check_compile_options, closure_refusal, compile_model, move_optimizer_state, needs_closure
 from .errors import _as_engine, _check_learner_args, _checked_backward, _checked_call, _checked_lr
 from .inference import LearnerFiles, LearnerInference
 from .metrics import as_reducers
@@ -173,6 +173,7 @@ def _position(learn) -> tuple[int, int]:
 # %% ../nbs/04_learner.ipynb #b691fd70
 class LearnerBase:
     "The state a callback sees and changes — model, data, loss, optimizers, engine, counters, the current batch — and where the run stands."
+    compile_options: dict | None = None  # torch.compile's arguments for every fit (`compile`); None: eager
     def __init__(self, model: nn.Module, dls, loss_func: Callable = nn.functional.cross_entropy,
                  opt_func: Callable = torch.optim.SGD, lr: float = 0.1, cbs=None, metrics=None, engine=None,
                  split_batch: Callable = default_split_batch, progress: bool | ProgressCallback = True):
@@ -245,6 +246,11 @@ class LearnerBase:
     def to_bf16(self) -> LearnerBase:
         "Train in mixed precision, bfloat16: this engine's own bfloat16 twin (`with_precision`)."
         self.engine = self.engine.with_precision(torch.bfloat16)
+        return self
+
+    def compile(self, **options) -> LearnerBase:
+        "Run the model through `torch.compile(**options)` in every later fit, outside the engine's wrapping (`09a_compile`)."
+        self.compile_options = check_compile_options(self.engine, options)
         return self
 
     @property
@@ -326,7 +332,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
             _check_owner(self.cbh)
             with (_resume_kept(self, n_epochs) as (first_epoch, first_iter, restore),
                   _stop_between_batches(self)):
-                self.model = self.engine.init_components(self.model)
+                self.model = compile_model(self.engine.init_components(self.model), self.compile_options, self.engine)
                 try:
                     _prepare_opts(self, lr)
                     self.cbh.running = tuple(self.cbh.cbs)  # a callback removed from now on is closed as it goes
@@ -478,7 +484,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
             raise ValueError("no validation data: dls.valid is None and no dl was given")
         _check_owner(self.cbh)
         where = self._where
-        self.model = self.engine.init_components(self.model)
+        self.model = compile_model(self.engine.init_components(self.model), self.compile_options, self.engine)
         try:
             self._validate_epoch(dl)
         finally:
