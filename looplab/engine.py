@@ -395,16 +395,17 @@ class WatchedBackend:
         self.compiles = collections.Counter()  # graphs compiled per frame (a function dynamo runs)
         self.recompiles = collections.Counter()  # per frame: compiles again because a checked value changed
         self.warned = set()  # the frames already named in a warning
+        self.last = None  # (model, its compiled wrapper): what compile_model made last, for the next fit to reuse
 
     def __call__(self, gm, example_inputs):
         self.graphs += 1
         context = torch._guards.TracingContext.try_get()
-        code = context.traced_code[0] if context is not None and context.traced_code else None
+        code = getattr(context, "traced_code", None) and context.traced_code[0]  # the frame dynamo compiles
         self.compiles[code] += 1
         reasons = torch._dynamo.utils.guard_failures.get(code, [])  # why each earlier compile of it no longer fits
         if reasons and not any(kind in reasons[-1] for kind in _BOUNDED):
             self.recompiles[code] += 1
-        limit = torch._dynamo.config.recompile_limit
+        limit = getattr(torch._dynamo.config, "recompile_limit", None) or torch._dynamo.config.cache_size_limit
         if (self.recompiles[code] >= RECOMPILES_WARNED or self.compiles[code] >= limit) and code not in self.warned:
             self.warned.add(code)
             newest = max(reasons, key=lambda reason: int(reason.split(":")[0].split("/")[-1]))  # the last entry's
@@ -438,6 +439,8 @@ def check_compile_options(engine, options: dict) -> dict:
     return {"backend": backend, **options}
 
 # %% ../nbs/04_engine.ipynb #c0a1e003
+_ISOLATES = "isolate_recompiles" in inspect.signature(torch.compile).parameters  # torch 2.13 on
+
 def compile_model(model: nn.Module, options: dict | None, engine) -> nn.Module:
     "`model` as `engine.init_components` made it, inside `torch.compile(**options)`; itself for `options` None."
     inner = model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
@@ -451,4 +454,8 @@ def compile_model(model: nn.Module, options: dict | None, engine) -> nn.Module:
     if because:
         raise ValueError(f"learn.compile() under {type(engine).__name__}: {because}")
     torch._dynamo.config.skip_nnmodule_hook_guards = False  # a hook a callback adds recompiles, never goes unseen
-    return torch.compile(model, **options)
+    backend = options["backend"]
+    if backend.last is None or backend.last[0] is not model:  # the next fit of the same model reuses its graphs
+        isolate = {"isolate_recompiles": True} if _ISOLATES else {}  # other models' graphs count not to its limit
+        backend.last = (model, torch.compile(model, **isolate, **options))
+    return backend.last[1]
