@@ -409,8 +409,9 @@ class WatchedBackend:
         if (self.recompiles[code] >= RECOMPILES_WARNED or self.compiles[code] >= limit) and code not in self.warned:
             self.warned.add(code)
             newest = max(reasons, key=lambda reason: int(reason.split(":")[0].split("/")[-1]))  # the last entry's
-            warnings.warn(f"a frame of the compiled model ({code.co_name}, {code.co_filename}:{code.co_firstlineno}) "
-                          f"compiled {self.compiles[code]} times, {self.recompiles[code]} of them because a value its "
+            own = "/torch/" not in code.co_filename.replace("\\", "/")  # else: torch's entry into the forward
+            frame = f"{code.co_name}, {code.co_filename}:{code.co_firstlineno}" if own else "its forward"
+            warnings.warn(f"a frame of the compiled model ({frame}) compiled {self.compiles[code]} times, {self.recompiles[code]} of them because a value its "
                           "guards check changed: if that happens every batch, each batch pays a compile, and from "
                           f"recompile_limit ({limit}) on the frame runs eagerly. Keep such state out of the forward "
                           "and its hooks (a callback's hook is named below, if it is the cause), or in tensors. "
