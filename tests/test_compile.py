@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch._dynamo
+import torch._inductor.config
 from torch import nn
 
 from helpers import digits_learner
@@ -197,7 +198,8 @@ def test_inductor_compiles_the_digits_model_and_saves_plain_keys(tmp_path):
     eager = learner()
     eager.fit(1)
     compiled = learner().compile()  # torch.compile's default backend
-    compiled.fit(1)
+    with torch._inductor.config.patch(force_disable_caches=True):  # kernels cached on disk by a run under another
+        compiled.fit(1)                                             # ATEN_CPU_CAPABILITY can compute garbage here
     assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(eager.model.parameters(), compiled.model.parameters()))
     compiled.save(tmp_path / "w.pt")
     assert list(torch.load(tmp_path / "w.pt", weights_only=True)) == ["0.weight", "0.bias", "2.weight", "2.bias"]
