@@ -203,3 +203,21 @@ def test_inductor_compiles_the_digits_model_and_saves_plain_keys(tmp_path):
     assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(eager.model.parameters(), compiled.model.parameters()))
     compiled.save(tmp_path / "w.pt")
     assert list(torch.load(tmp_path / "w.pt", weights_only=True)) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def fsdp_compiled(compile_: bool):
+    "One rank's whole weights after an epoch of the FSDP tests' digits learner, compiled or not."
+    import fsdp_workers as w
+    from looplab.fsdp import FSDPEngine
+    learn = w.digits_learner(FSDPEngine())
+    if compile_:
+        learn.compile(backend="aot_eager")
+    learn.fit(1)
+    return {k: v.clone() for k, v in w.full_weights(learn.model).items()}
+
+
+def test_fsdp_with_gloo_trains_a_compiled_model_as_the_eager_one():
+    compiled = launch(fsdp_compiled, nprocs=2, args=(True,))
+    eager = launch(fsdp_compiled, nprocs=2, args=(False,))
+    assert all(torch.equal(compiled[0][k], eager[0][k]) for k in eager[0])  # aot_eager runs torch's own kernels
+    assert "_orig_mod" not in "".join(compiled[0])
