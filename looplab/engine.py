@@ -5,10 +5,8 @@
 # %% ../nbs/04_engine.ipynb #55f73a83
 from __future__ import annotations
 
-import collections
 import contextlib
 import inspect
-import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -381,6 +379,11 @@ _BOUNDED = ("size mismatch", "stride mismatch", "requires_grad mismatch", "dtype
 class RecompileWarning(UserWarning):
     "One frame of a compiled model compiled again and again: a value its guards check changes at every batch."
 
+def _entry(reason: str) -> int:
+    "The cache entry a guard-failure reason is about: 3 for '0/3: len(...) == 7'; -1 if it does not say."
+    head = reason.split(":")[0].split("/")[-1]
+    return int(head) if head.isdigit() else -1
+
 class WatchedBackend:
     "torch.compile's backend (`mode` and `options` bound as torch binds them) that warns when a frame keeps recompiling."
     def __init__(self, backend="inductor", mode: str | None = None, options: dict | None = None, dynamic=None):
@@ -390,32 +393,32 @@ class WatchedBackend:
             self.backend = torch._TorchCompileWrapper(backend, mode, options, dynamic)
         else:
             self.backend = torch._dynamo.lookup_backend(backend)
-        self.name = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
-        self.graphs = 0  # graphs compiled through this backend
-        self.compiles = collections.Counter()  # graphs compiled per frame (a function dynamo runs)
-        self.recompiles = collections.Counter()  # per frame: compiles again because a checked value changed
+        self.compiles = {}  # graphs compiled per frame (a function dynamo runs)
+        self.recompiles = {}  # per frame: compiles again because a value its guards checked changed
         self.warned = set()  # the frames already named in a warning
         self.last = None  # (model, its compiled wrapper): what compile_model made last, for the next fit to reuse
 
     def __call__(self, gm, example_inputs):
-        self.graphs += 1
         context = torch._guards.TracingContext.try_get()
         code = getattr(context, "traced_code", None) and context.traced_code[0]  # the frame dynamo compiles
-        self.compiles[code] += 1
+        self.compiles[code] = self.compiles.get(code, 0) + 1
         reasons = torch._dynamo.utils.guard_failures.get(code, [])  # why each earlier compile of it no longer fits
         if reasons and not any(kind in reasons[-1] for kind in _BOUNDED):
-            self.recompiles[code] += 1
+            self.recompiles[code] = self.recompiles.get(code, 0) + 1
         limit = getattr(torch._dynamo.config, "recompile_limit", None) or torch._dynamo.config.cache_size_limit
-        if (self.recompiles[code] >= RECOMPILES_WARNED or self.compiles[code] >= limit) and code not in self.warned:
+        again = self.recompiles.get(code, 0) >= RECOMPILES_WARNED or self.compiles[code] >= limit
+        if again and code is not None and code not in self.warned:
+            import warnings  # here: the first read's imports above stay as they were
             self.warned.add(code)
-            newest = max(reasons, key=lambda reason: int(reason.split(":")[0].split("/")[-1]))  # the last entry's
+            newest = max(reasons, key=_entry, default="not recorded")  # the newest compile's reason tells the most
             own = "/torch/" not in code.co_filename.replace("\\", "/")  # else: torch's entry into the forward
             frame = f"{code.co_name}, {code.co_filename}:{code.co_firstlineno}" if own else "its forward"
-            warnings.warn(f"a frame of the compiled model ({frame}) compiled {self.compiles[code]} times, {self.recompiles[code]} of them because a value its "
-                          "guards check changed: if that happens every batch, each batch pays a compile, and from "
-                          f"recompile_limit ({limit}) on the frame runs eagerly. Keep such state out of the forward "
-                          "and its hooks (a callback's hook is named below, if it is the cause), or in tensors. "
-                          f"Dynamo's reason, with the line it checked:\n{newest}", RecompileWarning, stacklevel=2)
+            warnings.warn(f"a frame of the compiled model ({frame}) compiled {self.compiles[code]} times, "
+                          f"{self.recompiles.get(code, 0)} of them because a value its guards check changed: if "
+                          "that happens every batch, each batch pays a compile, and from recompile_limit "
+                          f"({limit}) on the frame runs eagerly. Keep such state out of the forward and its hooks "
+                          "(a callback's hook is named below, if it is the cause), or in tensors. Dynamo's reason, "
+                          f"with the line it checked:\n{newest}", RecompileWarning, stacklevel=2)
         return self.backend(gm, example_inputs)
 
     def __getattr__(self, name: str):
