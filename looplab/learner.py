@@ -23,7 +23,7 @@ from .callback import (Callback, CallbackHandler, CancelBackwardException, Cance
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException, _check_owner)
 from .data import default_split_batch, loader_len
-from .engine import closure_refusal, move_optimizer_state, needs_closure
+from .engine import check_compile_options, closure_refusal, compile_model, move_optimizer_state, needs_closure
 from .checks import check_int, check_lr, check_mid_epoch
 from .errors import as_engine, check_learner_args, checked_backward, checked_call
 from .inference import LearnerFiles, LearnerInference
@@ -230,6 +230,7 @@ class LoopState:
 # %% ../nbs/04_learner.ipynb #b691fd70
 class LearnerBase:
     "The state a callback sees and changes — model, data, loss, optimizers, engine, counters, the current batch — and where the run stands."
+    compile_options: dict | None = None  # torch.compile's arguments for every fit (`compile`); None: eager
     def __init__(self, model: nn.Module, dls, loss_func: Callable = nn.functional.cross_entropy,
                  opt_func: Callable = torch.optim.SGD, lr: float = 0.1, cbs=None, metrics=None, engine=None,
                  split_batch: Callable = default_split_batch, progress: bool | ProgressCallback = True):
@@ -296,6 +297,11 @@ class LearnerBase:
     def to_bf16(self) -> LearnerBase:
         "Train in mixed precision, bfloat16: this engine's own bfloat16 twin (`with_precision`)."
         self.engine = self.engine.with_precision(torch.bfloat16)
+        return self
+
+    def compile(self, **options) -> LearnerBase:
+        "Run the model through `torch.compile(**options)` in every later fit, outside the engine's wrapping (`09a_compile`)."
+        self.compile_options = check_compile_options(self.engine, options)
         return self
 
     @property
@@ -379,7 +385,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
 
     def _fit(self, lr: float | None, first_epoch: int, first_iter: int, restore) -> None:
         "The engine's model, `on_train_begin`, the epochs from (`first_epoch`, `first_iter`); `on_train_end` whatever happens."
-        self.model = self.engine.init_components(self.model)
+        self.model = compile_model(self.engine.init_components(self.model), self.compile_options, self.engine)
         try:
             _prepare_opts(self, lr)
             self.cbh.running = tuple(self.cbh.cbs)  # a callback removed from now on is closed as it goes
@@ -523,7 +529,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
             raise ValueError("no validation data: dls.valid is None and no dl was given")
         _check_owner(self.cbh)
         phase = self.loop.phase
-        self.model = self.engine.init_components(self.model)
+        self.model = compile_model(self.engine.init_components(self.model), self.compile_options, self.engine)
         try:
             self._validate_epoch(dl)
         finally:

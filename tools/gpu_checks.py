@@ -4,7 +4,11 @@ epoch), saved, and resumed in a fresh learner, against the run uninterrupted (th
 an exact resume); under FSDP, learn.save's file read by plain torch and loaded back into the shards.
 
 The GPU tests and benchmarks are apart: `pytest tests/test_engine.py tests/test_engines.py tests/test_profiler.py`,
-`benchmarks/amp_speedup.py`, `benchmarks/engines_digits.py`, `benchmarks/fsdp_scaling.py --gpu`.
+`benchmarks/amp_speedup.py`, `benchmarks/engines_digits.py`, `benchmarks/fsdp_scaling.py --gpu`,
+`benchmarks/compile.py` (eager, inductor, max-autotune, reduce-overhead; the Learner against a hand-written compiled loop).
+The "+compile" legs run the same checks with `learn.compile()` (inductor): the resume difference they print need not
+be 0.0 (inductor's kernels for a dynamic batch size may sum in another order than for a static one), and learn.save's
+keys must be the model's own, without `_orig_mod.`.
 Run: python tools/gpu_checks.py
 """
 import sys
@@ -23,6 +27,8 @@ def make_learner(kind: str, dtype, cbs=None):
     import fsdp_workers as w
     from looplab.engines import DistributedDataParallelEngine
     from looplab.fsdp import FSDPEngine
+    if kind.endswith("+compile"):
+        return make_learner(kind.removesuffix("+compile"), dtype, cbs).compile()
     if kind == "FSDP":
         return w.digits_learner(FSDPEngine(mp_dtype=dtype) if dtype else FSDPEngine(), cbs=cbs)
     learn = w.digits_learner(DistributedDataParallelEngine(), cbs=cbs)
@@ -52,6 +58,10 @@ def leg(kind: str, dtype, tmp: str) -> dict:
     res.fit(2)
     wa, wb = w.full_weights(full.model), w.full_weights(res.model)
     out["resume_vs_uninterrupted_max_diff"] = max((wa[k].float() - wb[k].float()).abs().max().item() for k in wa)
+    if kind.endswith("+compile"):  # the file holds the model's own keys
+        full.save(Path(tmp) / "compiled.pt")
+        out["saved_keys_with_orig_mod"] = sum("_orig_mod" in k for k in torch.load(Path(tmp) / "compiled.pt",
+                                                                                 map_location="cpu", weights_only=True))
     if kind == "FSDP" and dtype is None:  # learn.save writes whole weights plain torch reads; learn.load shards them back
         full.save(Path(tmp) / "w.pt")
         plain = torch.load(Path(tmp) / "w.pt", map_location="cpu", weights_only=True)
@@ -72,7 +82,8 @@ def main():
     failed = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind, dtype in [("DDP", None), ("DDP", torch.bfloat16), ("DDP", torch.float16),
-                            ("FSDP", None), ("FSDP", torch.bfloat16)]:
+                            ("FSDP", None), ("FSDP", torch.bfloat16), ("DDP+compile", None),
+                            ("DDP+compile", torch.bfloat16), ("FSDP+compile", None)]:
             try:
                 r = launch(leg, nprocs=n_gpus, backend="nccl", args=(kind, dtype, tmp))[0]
                 print(f"{kind:5} {str(dtype):15} OK  {r}", flush=True)
