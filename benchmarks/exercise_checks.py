@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from looplab.data import load_digits
-from looplab.exercises import exercise, exercises
+from looplab.practice import exercise, exercises
 
 
 def median_seconds(fn, repeats: int) -> float:

@@ -88,8 +88,9 @@ def _home_of(name: str):
     "The module of the package whose `__all__` holds `name`: looked up in nbdev's index of its functions and classes, then among every module's names."
     import importlib
     from looplab._modidx import d
-    indexed = [module for module, names in d["syms"].items() if f"{module}.{name}" in names]
-    for module in [*indexed, *d["syms"]]:  # a constant is in no index: each module is asked in turn
+    modules = [module for module in d["syms"] if module.count(".") == 1]  # not the answer keys (looplab.keys.*)
+    indexed = [module for module in modules if f"{module}.{name}" in d["syms"][module]]
+    for module in [*indexed, *modules]:  # a constant is in no index: each module is asked in turn
         try:
             found = importlib.import_module(module)
         except ImportError:  # a module this torch cannot import (looplab.fsdp before torch 2.6) holds no name for it
@@ -103,7 +104,7 @@ def _close_names(name: str) -> list[str]:
     import difflib
     from looplab._modidx import d
     names = {key.split(".")[2] for symbols in d["syms"].values() for key in symbols if key.count(".") == 2}
-    names.update(module.split(".")[1] for module in d["syms"])
+    names.update(module.split(".")[1] for module in d["syms"] if module.count(".") == 1)
     names.update(__all__)
     names.discard(name)  # a name of a module this torch cannot import (FSDPEngine before torch 2.6) is no typo
     return difflib.get_close_matches(name, sorted(n for n in names if not n.startswith("_")), n=3)

@@ -5,8 +5,8 @@ end it saves its parameters, losses and validation losses to OUT (a plain torch.
 import torch
 from torch import nn
 
-from looplab.data import DataLoaders, load_digits
-from looplab.learner import Learner, set_seed
+from looplab.data import DataLoaders, load_digits, set_seed
+from looplab.learner import Learner
 from looplab.metrics import Accuracy
 
 from helpers import StopAt, run_worker

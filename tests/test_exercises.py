@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from looplab.callback import Callback, CancelFitException
-from looplab.exercises import Exercise, exercise, exercises, is_blank, wrong_shape
+from looplab.practice import Exercise, exercise, exercises, is_blank, wrong_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -180,7 +180,7 @@ def test_the_hint_ladder_climbs_to_the_solution(name):
 
 
 def test_a_progress_file_marks_tried_then_done(tmp_path, monkeypatch):
-    from looplab.exercises import progress
+    from looplab.practice import progress
     monkeypatch.setenv("LOOPLAB_PROGRESS", str(tmp_path / "p.json"))
     ex = exercise(NAMES[0])
     ex.check(ex.mistakes[0].answer)
@@ -191,3 +191,12 @@ def test_a_progress_file_marks_tried_then_done(tmp_path, monkeypatch):
     table = str(progress())
     assert f"{ex.notebook}" in table and f"{NAMES[0]}: done" in table
     assert len(table.splitlines()) == 1 + len({exercise(n).notebook for n in NAMES})
+
+
+def test_the_package_face_serves_no_answer():
+    "`from looplab import NAME` gives the kit's names, never an answer key's: a reference is one step away, not zero."
+    import looplab
+    for name in NAMES:
+        ex = exercise(name)
+        served = getattr(looplab, ex.reference.__name__, None)
+        assert served is not ex.reference, f"looplab.{ex.reference.__name__} is {name}'s reference"

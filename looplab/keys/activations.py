@@ -14,7 +14,7 @@ from torch import nn
 
 from ..callback import Callback
 from ..conv import conv_net, signal_dls
-from ..exercises import Check, Exercise, Mistake, first_departure
+from ..practice import Check, Exercise, Mistake, first_departure
 from ..learner import Learner
 
 # %% ../../nbs/keys/07c_activations.ipynb #07f4f316

@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..data import DataLoaders, load_digits
-from ..exercises import (Check, Departure, Exercise, Mistake, RecordingLoader, RecordingOptimizer,
+from ..practice import (Check, Departure, Exercise, Mistake, RecordingLoader, RecordingOptimizer,
                                first_departure, first_state_departure)
 
 # %% ../../nbs/keys/01_bare_loop.ipynb #20bef80a

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from ..callback import Callback, CancelStepException
 from ..data import DataLoaders, load_digits
 from ..engine import DeviceEngine
-from ..exercises import Check, Departure, Exercise, Mistake, first_departure
+from ..practice import Check, Departure, Exercise, Mistake, first_departure
 from ..learner import Learner
 
 # %% ../../nbs/keys/02_callbacks.ipynb #5f9a6b56

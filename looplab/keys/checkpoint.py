@@ -16,7 +16,7 @@ from torch import nn
 from ..callback import Callback
 from ..checkpoint import load_checkpoint, save_checkpoint
 from ..data import DataLoaders, load_digits
-from ..exercises import Check, Exercise, Mistake, first_state_departure
+from ..practice import Check, Exercise, Mistake, first_state_departure
 from .regularize import ParamsAfterSteps
 from ..learner import Learner
 

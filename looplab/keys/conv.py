@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..conv import conv_net
-from ..exercises import Check, Departure, Exercise, Mistake, same, show
+from ..practice import Check, Departure, Exercise, Mistake, same, show
 
 # %% ../../nbs/keys/07b_conv.ipynb #d66c3bbd
 def conv_length(length: int, kernel_size: int, stride: int = 1, padding: int = 0) -> int:

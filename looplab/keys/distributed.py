@@ -12,7 +12,7 @@ import math
 
 from torch.utils.data.distributed import DistributedSampler
 
-from ..exercises import Check, Departure, Exercise, Mistake, same, show
+from ..practice import Check, Departure, Exercise, Mistake, same, show
 
 # %% ../../nbs/keys/14_distributed.ipynb #074127d7
 def shard(indices: list[int], rank: int, world: int) -> list[int]:

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from ..callback import Callback
 from ..data import DataLoaders, load_digits
 from ..engine import DeviceEngine
-from ..exercises import Check, Exercise, Mistake, first_departure, first_state_departure
+from ..practice import Check, Exercise, Mistake, first_departure, first_state_departure
 from ..learner import Learner
 
 # %% ../../nbs/keys/04_engine.ipynb #96fcc6a8

@@ -13,7 +13,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from ..data import DataLoaders, make_rings
-from ..exercises import Check, Exercise, Mistake, first_state_departure
+from ..practice import Check, Exercise, Mistake, first_state_departure
 
 # %% ../../nbs/keys/10_gan.ipynb #97a7de3d
 def gan_step(generator, critic, opt_gen, opt_crit, real, noise, critic_turn) -> float:

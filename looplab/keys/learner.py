@@ -16,7 +16,7 @@ from ..callback import (EVENTS, Callback, CancelBackwardException, CancelBatchEx
                               CancelException, CancelFitException, CancelStepException, CancelValidateException,
                               CancelZeroGradException)
 from ..data import DataLoaders, load_digits
-from ..exercises import Check, Departure, Exercise, Mistake, first_state_departure
+from ..practice import Check, Departure, Exercise, Mistake, first_state_departure
 from ..learner import Learner
 
 # %% ../../nbs/keys/04_learner.ipynb #e7012290

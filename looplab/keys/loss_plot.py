@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..data import DataLoaders, load_digits
-from ..exercises import Check, Exercise, Mistake, first_departure, first_failing
+from ..practice import Check, Exercise, Mistake, first_departure, first_failing
 from ..learner import Learner
 
 # %% ../../nbs/keys/05b_loss_plot.ipynb #c8a1ca4b

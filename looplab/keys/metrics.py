@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ..callback import Callback
 from ..data import DataLoaders, load_digits
-from ..exercises import Check, Departure, Exercise, Mistake, first_departure
+from ..practice import Check, Departure, Exercise, Mistake, first_departure
 from ..learner import Learner
 from ..metrics import MetricReducer
 

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ..callback import Callback
 from ..data import DataLoaders, load_digits
-from ..exercises import Check, Departure, Exercise, Mistake, first_state_departure
+from ..practice import Check, Departure, Exercise, Mistake, first_state_departure
 from ..learner import Learner
 from ..schedule import ParamScheduler, Sched
 

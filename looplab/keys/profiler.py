@@ -15,7 +15,7 @@ from torch import nn
 
 from ..callback import Callback
 from ..data import DataLoaders, load_digits
-from ..exercises import Check, Exercise, Mistake, first_departure
+from ..practice import Check, Exercise, Mistake, first_departure
 from ..learner import Learner
 
 # %% ../../nbs/keys/07d_profiler.ipynb #f656231e

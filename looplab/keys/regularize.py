@@ -12,7 +12,7 @@ from torch import nn
 
 from ..callback import Callback
 from ..data import DataLoaders, load_digits
-from ..exercises import Check, Exercise, Mistake, first_state_departure
+from ..practice import Check, Exercise, Mistake, first_state_departure
 from ..learner import Learner
 
 # %% ../../nbs/keys/08_regularization.ipynb #bbbed20a

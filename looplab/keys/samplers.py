@@ -13,7 +13,7 @@ from itertools import islice
 import numpy as np
 
 from ..data import shuffled_order
-from ..exercises import Check, Departure, Exercise, Mistake, first_departure, show
+from ..practice import Check, Departure, Exercise, Mistake, first_departure, show
 
 # %% ../../nbs/keys/11_samplers.ipynb #dd7ed19b
 class ResumableShuffle:

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ..callback import Callback
 from ..data import DataLoaders, load_digits
-from ..exercises import Check, Exercise, Mistake, first_departure, first_failing
+from ..practice import Check, Exercise, Mistake, first_departure, first_failing
 from ..learner import Learner
 from ..schedule import ParamScheduler
 

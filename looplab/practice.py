@@ -26,7 +26,7 @@ import torch
 # %% auto #0
 __all__ = ['is_blank', 'show', 'same', 'Departure', 'first_departure', 'first_failing', 'first_state_departure', 'seeded',
            'Check', 'Mistake', 'where_raised', 'Report', 'Text', 'progress_file', 'asked_for', 'wrong_shape', 'explain',
-           'Exercise', 'RecordingLoader', 'RecordingOptimizer', 'exercises', 'exercise', 'progress']
+           'Exercise', 'RecordingLoader', 'RecordingOptimizer', 'exercises', 'exercise']
 
 # %% ../nbs/00b_exercises.ipynb #1682c613
 _NOISE = {"RESUME", "NOP", "CACHE", "COPY_FREE_VARS", "MAKE_CELL"}  # bookkeeping opcodes, not the body's own
@@ -415,6 +415,7 @@ def exercise(name: str) -> Exercise:
                          + f" The exercises are: {', '.join(found)}.")
     return found[name]
 
+# %% ../nbs/00b_exercises.ipynb #da3506db
 def progress() -> Text:
     "One line per notebook with exercises: done (all passed), tried, or not attempted; and each exercise's state."
     path = progress_file()
