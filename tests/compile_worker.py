@@ -9,7 +9,7 @@ from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.learner import Learner
 from looplab.metrics import Accuracy
 
-from helpers import StopAt, run_worker
+from helpers import StopAt, worker_main
 
 
 def build_learner(stop_at=None, ckpt=None) -> Learner:
@@ -29,4 +29,4 @@ def results(learn) -> dict:
 
 
 if __name__ == "__main__":
-    run_worker(__doc__, build_learner, results)
+    worker_main(__doc__, build_learner, results)

@@ -1,7 +1,5 @@
 "learn.compile: graphs per epoch, files without _orig_mod., exact resume in a new process, hooks, precision, DDP, inductor."
 import random
-import subprocess
-import sys
 import warnings
 from functools import partial
 from pathlib import Path
@@ -12,7 +10,7 @@ import torch._dynamo
 import torch._inductor.config
 from torch import nn
 
-from helpers import digits_learner
+from helpers import digits_learner, run_worker
 from looplab.activations import ActivationStats
 from looplab.checkpoint import load_checkpoint, save_checkpoint
 from looplab.distributed import launch
@@ -86,18 +84,11 @@ def test_files_hold_the_model_own_keys_and_load_into_either_learner(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(learn.model.parameters(), resumed.model.parameters()))
 
 
-def run_worker(out, *args):
-    cmd = [sys.executable, str(WORKER), str(out), *map(str, args)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return torch.load(out, weights_only=True)
-
-
 def test_a_compiled_run_stopped_mid_epoch_resumes_bit_for_bit_in_a_new_process(tmp_path):
     stop_at = random.Random().randint(24, 45)  # inside the second epoch (23 batches each)
-    whole = run_worker(tmp_path / "whole.pt")
-    run_worker(tmp_path / "stopped.pt", "--stop-at", stop_at, "--ckpt", tmp_path / "ckpt.pt")
-    resumed = run_worker(tmp_path / "resumed.pt", "--resume", tmp_path / "ckpt.pt")
+    whole = run_worker(WORKER, tmp_path / "whole.pt")
+    run_worker(WORKER, tmp_path / "stopped.pt", "--stop-at", stop_at, "--ckpt", tmp_path / "ckpt.pt")
+    resumed = run_worker(WORKER, tmp_path / "resumed.pt", "--resume", tmp_path / "ckpt.pt")
     assert all(torch.equal(a, b) for a, b in zip(whole["params"], resumed["params"])), f"stopped at {stop_at}"
     assert torch.equal(whole["losses"], resumed["losses"]) and torch.equal(whole["valid"], resumed["valid"])
 
@@ -209,7 +200,7 @@ def fsdp_compiled(compile_: bool):
     "One rank's whole weights after an epoch of the FSDP tests' digits learner, compiled or not."
     import fsdp_workers as w
     from looplab.fsdp import FSDPEngine
-    learn = w.digits_learner(FSDPEngine())
+    learn = w.adam_digits_learner(FSDPEngine())
     if compile_:
         learn.compile(backend="aot_eager")
     learn.fit(1)
