@@ -131,7 +131,7 @@ def test_in_a_terminal_the_progress_line_fits_80_columns_and_the_summary_wraps(m
 
 def test_in_a_notebook_it_shows_the_progress_bar_that_ends_full(monkeypatch, capsys):
     import looplab.widgets as widgets
-    monkeypatch.setattr(widgets, "_shell", lambda: object())  # an IPython shell, for the widget code paths
+    monkeypatch.setattr(widgets, "ipython_shell", lambda: object())  # an IPython shell, for the widget code paths
     monkeypatch.setattr(widgets, "in_notebook", lambda: True)
     monkeypatch.delenv("IN_TEST", raising=False)
     from looplab.loss_plot import _ProgressBar
