@@ -112,7 +112,8 @@ def test_committed_notebooks_are_in_the_saved_form(path):
 
 def test_the_pictures_are_small():
     """Each picture stays under 256 KB (a dpi or figure size set too high breaks this first), and the whole of nbs/
-    stays a few MB: 37 notebooks (the index among them) with about 90 pictures, 7 MB at most."""
+    stays a few MB: 45 notebooks (the index among them) with about 100 pictures, 8 MB at most (11d's folds, which
+    reopen without a kernel, carry each epoch's picture)."""
     for path in TOUR:
         for number, cell in enumerate(nbformat.read(path, as_version=4).cells):
             for out in cell.get("outputs", []):
@@ -120,4 +121,4 @@ def test_the_pictures_are_small():
                 assert len(png) < 256 * 2**10, \
                     f"{path.name}, cell {number}: a picture of {len(png) / 2**10:.0f} KB: lower its dpi or figure size"
     size = sum(p.stat().st_size for p in TOUR)
-    assert size < 7 * 2**20, f"nbs/ is {size / 2**20:.1f} MB: lower the dpi of the largest pictures"
+    assert size < 8 * 2**20, f"nbs/ is {size / 2**20:.1f} MB: lower the dpi of the largest pictures"
