@@ -117,6 +117,12 @@ def _check_owner(handler) -> None:
                              "then learn.add_cbs(cb)")
 
 # %% ../nbs/02_callbacks.ipynb #925184c7
+def _interrupt_behind(e: Exception) -> KeyboardInterrupt | None:
+    "A Ctrl-C that `e` was raised while handling (a lock Ctrl-C broke in a print): the interrupt, not a callback's bug."
+    while e is not None and not isinstance(e, KeyboardInterrupt):
+        e = e.__context__
+    return e
+
 class CallbackHandler:
     "Callbacks sorted by `order`, with each event's bound methods precomputed; `handler(event)` runs them."
     def __init__(self, cbs=(), learn=None):
@@ -160,14 +166,14 @@ class CallbackHandler:
             except (CancelException, CallbackError):
                 raise
             except Exception as e:
-                raise CallbackError(method.__self__, event, e) from e
+                raise _interrupt_behind(e) or CallbackError(method.__self__, event, e) from e
 
     def _call(self, method, event: str) -> None:
         "One callback's `method` for `event`, its failure reported as `__call__` reports it."
         try:
             method()
         except Exception as e:
-            raise CallbackError(method.__self__, event, e) from e
+            raise _interrupt_behind(e) or CallbackError(method.__self__, event, e) from e
 
     def __iter__(self):
         return iter(self.cbs)
