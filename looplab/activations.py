@@ -78,116 +78,79 @@ def _sample_index(numel: int, size: int, device: torch.device | str = "cpu") -> 
     return torch.randperm(numel, generator=g)[:size].sort().values.to(device)
 
 # %% ../nbs/07c_activations.ipynb #c6d264d1
-class _ActivationKeeper(HookCallback):
-    "Keeps a fixed sample of each hooked layer's activations in each training batch's forward, on the device: a copy."
-    def __init__(self, modules=None, bins: int = 40, hist_max: float = 10.0, zero_below: float = 0.05,
-                 sample: int | None = 1024):
-        super().__init__(modules)
-        self.bins = check_int("bins", bins, 1, 10_000)
-        self.hist_max = check_number("hist_max", hist_max, 0, low_open=True)  # |a| above it: in the last bin
-        self.zero_below = check_number("zero_below", zero_below, 0, hist_max, low_open=True)  # |a| below: near zero
-        self.sample = None if sample is None else check_int("sample", sample, 1)  # None: every activation
-        self._clear()
-
-    def _clear(self) -> None:
-        self._batch: list = [None] * len(self.names)  # this batch's kept activations per layer
-        self.n_calls = {name: 0 for name in self.names}  # forwards recorded per layer: > n_batches if run twice
-        self._warned = False
-
-    def on_train_begin(self):
-        super().on_train_begin()
-        self._clear()  # each fit draws its own picture; a resumed fit loads the earlier rows after this
-        self._samples: dict = {}  # (numel, device) → the sample's positions
-
-    def on_batch_begin(self):
-        super().on_batch_begin()
-        self._batch = [None] * len(self.names)
-
-    def hook(self, module, inputs, outputs):
-        i = self.index[module]
-        a = _output_tensor(module, outputs).detach().reshape(-1)
-        if self.sample is not None and a.numel() > self.sample:
-            key = (a.numel(), a.device)
-            if key not in self._samples:
-                self._samples[key] = _sample_index(a.numel(), self.sample, a.device)
-            a = a.index_select(0, self._samples[key])  # a copy
-        else:
-            a = a.clone()  # kept until the flush: an in-place operation later in the forward must not reach it
-        self.n_calls[self.names[i]] += 1
-        self._batch[i] = a if self._batch[i] is None else self._merge(i, a)
-
-    def _merge(self, i: int, a: torch.Tensor) -> torch.Tensor:
-        "A layer run twice in one forward: one row for the batch, as if its calls' activations were one tensor."
-        if not self._warned:
-            warnings.warn(f"{self.labels[i]} ran more than once in a training batch's forward: {type(self).__name__} "
-                          "merges its calls into one row per batch (n_calls counts the calls)", stacklevel=2)
-            self._warned = True
-        return torch.cat([self._batch[i], a.to(self._batch[i].device, self._batch[i].dtype)])
-
+def _sample_of(a: torch.Tensor, size: int | None, positions: dict) -> torch.Tensor:
+    "A copy of `a`'s values at `size` fixed positions (`positions` keeps them per numel and device); all, if no more."
+    a = a.detach().reshape(-1)
+    if size is None or a.numel() <= size:
+        return a.clone()  # kept until the flush: an in-place operation later in the forward must not reach it
+    key = (a.numel(), a.device)
+    if key not in positions:
+        positions[key] = _sample_index(a.numel(), size, a.device)
+    return a.index_select(0, positions[key])  # a copy
 
 # %% ../nbs/07c_activations.ipynb #43eaaf43
-class _ActivationRecord(_ActivationKeeper):
-    "Gathers each training batch's kept activations; at a flush, describes them in one call and moves the rows to the CPU."
+class _RowBuffer:
+    "A fit's rows, one per layer and training batch: each batch's activations kept on the device, described together, moved to the CPU at a flush."
     flush_every = 4096  # batches held on the device at most, before one transfer
     reduce_above = 2**24  # activations kept at most before their rows are computed (64 MB of float32)
 
-    def _clear(self) -> None:
-        super()._clear()
-        self._kept: list[list] = []  # per batch not yet described, each layer's kept activations (None: it did not run)
-        self._n_kept = 0  # activations in _kept
-        self._pending: list[torch.Tensor] = []  # rows described, not yet transferred: (batches, layers, 3 + bins) each
-        self._n_pending = 0  # batches in _pending
-        self._rows = torch.zeros(0, len(self.names), 3 + self.bins)  # (batches, layers, 3 + bins), on the CPU
+    def __init__(self, n_layers: int, bins: int, hist_max: float, zero_below: float):
+        self.n_layers = n_layers
+        self.settings = (bins, hist_max, zero_below)  # activation_rows' settings
+        self.batch: list = [None] * n_layers  # this batch's kept activations per layer
+        self.kept: list[list] = []  # per batch not yet described, each layer's kept activations (None: it did not run)
+        self.n_kept = 0  # activations in kept
+        self.pending: list[torch.Tensor] = []  # rows described, not yet transferred: (batches, layers, 3 + bins) each
+        self.n_pending = 0  # batches in pending
+        self.rows = torch.zeros(0, n_layers, 3 + bins)  # (batches, layers, 3 + bins), on the CPU
 
-    def forward_done(self) -> None:
-        "Keep the batch's activations, one entry per layer (None for a layer its forward did not run)."
-        self._kept.append(self._batch)
-        self._n_kept += sum(a.numel() for a in self._batch if a is not None)
-        self._batch = [None] * len(self.names)
-        if self._n_kept > self.reduce_above:
+    def __len__(self) -> int:
+        "The training batches recorded, on the CPU or not yet."
+        return len(self.rows) + self.n_pending + len(self.kept)
+
+    def new_batch(self) -> None:
+        "Forget what a batch whose forward never ended kept."
+        self.batch = [None] * self.n_layers
+
+    def keep(self, i: int, a: torch.Tensor) -> bool:
+        "Keep `a` as layer `i`'s activations in this batch; True where the layer ran before in it (`a` joins them)."
+        merged = self.batch[i] is not None
+        self.batch[i] = torch.cat([self.batch[i], a.to(self.batch[i].device, self.batch[i].dtype)]) if merged else a
+        return merged
+
+    def end_batch(self) -> None:
+        "The batch's forward is over: keep its activations, one entry per layer (None for a layer that did not run)."
+        self.kept.append(self.batch)
+        self.n_kept += sum(a.numel() for a in self.batch if a is not None)
+        self.batch = [None] * self.n_layers
+        if self.n_kept > self.reduce_above:
             self._describe()
-        if len(self._kept) + self._n_pending >= self.flush_every:
+        if len(self.kept) + self.n_pending >= self.flush_every:
             self.flush()
 
     def _describe(self) -> None:
         "The rows of every batch kept, in one `activation_rows` call on the device; NaN for a layer that did not run."
-        if not self._kept:
+        if not self.kept:
             return
-        n_layers, width = len(self.names), 3 + self.bins
-        acts = [a for batch in self._kept for a in batch]
+        acts = [a for batch in self.kept for a in batch]
         present = [a for a in acts if a is not None]
         if present:
-            rows = activation_rows([present[0].new_empty(0) if a is None else a for a in acts], self.bins,
-                                   self.hist_max, self.zero_below)
+            rows = activation_rows([present[0].new_empty(0) if a is None else a for a in acts], *self.settings)
             for k in (k for k, a in enumerate(acts) if a is None):
                 rows[k] = math.nan
         else:
-            rows = torch.full((len(acts), width), math.nan)
-        self._pending.append(rows.view(len(self._kept), n_layers, width))
-        self._n_pending += len(self._kept)
-        self._kept, self._n_kept = [], 0
+            rows = torch.full((len(acts), self.rows.shape[2]), math.nan)
+        self.pending.append(rows.view(len(self.kept), self.n_layers, -1))
+        self.n_pending += len(self.kept)
+        self.kept, self.n_kept = [], 0
 
     def flush(self) -> None:
         "Describe the batches kept, then move their rows to the CPU: one transfer for every layer and batch."
         self._describe()
-        if not self._pending:
+        if not self.pending:
             return
-        self._rows = torch.cat([self._rows, torch.cat(self._pending).cpu()])
-        self._pending, self._n_pending = [], 0
-
-    def on_epoch_end(self):
-        self.flush()
-
-    def on_train_end(self):
-        try:
-            super().on_train_end()  # the hooks go first, whatever happens next
-        finally:
-            self.flush()
-
-    @property
-    def n_batches(self) -> int:
-        "Training batches recorded: one row per layer each, however many times a layer ran in the batch."
-        return len(self._rows) + self._n_pending + len(self._kept)
+        self.rows = torch.cat([self.rows, torch.cat(self.pending).cpu()])
+        self.pending, self.n_pending = [], 0
 
 # %% ../nbs/07c_activations.ipynb #f500ef38
 class ActivationStatsWarning(FutureWarning):
@@ -208,11 +171,64 @@ def _tell_not_miniai(sample: int | None) -> None:
                   ActivationStatsWarning, stacklevel=3)
 
 # %% ../nbs/07c_activations.ipynb #2d711a18
-class ActivationStats(_ActivationRecord):
+class ActivationStats(HookCallback):
     "Each hooked layer's activations at every training batch, from a fixed sample: mean, std, share near zero, histogram of |a|."
+    def __init__(self, modules=None, bins: int = 40, hist_max: float = 10.0, zero_below: float = 0.05,
+                 sample: int | None = 1024):
+        super().__init__(modules)
+        self.bins = check_int("bins", bins, 1, 10_000)
+        self.hist_max = check_number("hist_max", hist_max, 0, low_open=True)  # |a| above it: in the last bin
+        self.zero_below = check_number("zero_below", zero_below, 0, hist_max, low_open=True)  # |a| below: near zero
+        self.sample = None if sample is None else check_int("sample", sample, 1)  # None: every activation
+        self._clear()
+
+    def _clear(self) -> None:
+        self._buffer = _RowBuffer(len(self.names), self.bins, self.hist_max, self.zero_below)
+        self.n_calls = {name: 0 for name in self.names}  # forwards recorded per layer: > n_batches if run twice
+        self._warned = False
+
+    def on_train_begin(self):
+        super().on_train_begin()
+        self._clear()  # each fit draws its own picture; a resumed fit loads the earlier rows after this
+        self._positions: dict = {}  # (numel, device) → the sample's positions
+
+    def on_batch_begin(self):
+        super().on_batch_begin()
+        self._buffer.new_batch()
+
+    def hook(self, module, inputs, outputs):
+        i = self.index[module]
+        self.n_calls[self.names[i]] += 1
+        merged = self._buffer.keep(i, _sample_of(_output_tensor(module, outputs), self.sample, self._positions))
+        if merged and not self._warned:
+            warnings.warn(f"{self.labels[i]} ran more than once in a training batch's forward: {type(self).__name__} "
+                          "merges its calls into one row per batch (n_calls counts the calls)", stacklevel=2)
+            self._warned = True
+
+    def forward_done(self) -> None:
+        self._buffer.end_batch()
+
+    def flush(self) -> None:
+        "Describe the batches kept, then move their rows to the CPU: one transfer for every layer and batch."
+        self._buffer.flush()
+
+    def on_epoch_end(self):
+        self.flush()
+
+    def on_train_end(self):
+        try:
+            super().on_train_end()  # the hooks go first, whatever happens next
+        finally:
+            self.flush()
+
+    @property
+    def n_batches(self) -> int:
+        "Training batches recorded: one row per layer each, however many times a layer ran in the batch."
+        return len(self._buffer)
+
     def _columns(self, cols) -> dict[str, np.ndarray]:
         self.flush()
-        return {name: self._rows[:, i, cols].numpy() for i, name in enumerate(self.names)}
+        return {name: self._buffer.rows[:, i, cols].numpy() for i, name in enumerate(self.names)}
 
     @property
     def means(self) -> dict[str, np.ndarray]:
@@ -240,7 +256,7 @@ class ActivationStats(_ActivationRecord):
     def state_dict(self) -> dict:
         self.flush()
         return {"names": list(self.names), "bins": self.bins, "hist_max": self.hist_max,
-                "zero_below": self.zero_below, "sample": self.sample, "rows": self._rows.clone()}
+                "zero_below": self.zero_below, "sample": self.sample, "rows": self._buffer.rows.clone()}
 
     def load_state_dict(self, state: dict) -> None:
         keys = ("names", "bins", "hist_max", "zero_below", "sample", "rows")
@@ -258,139 +274,32 @@ class ActivationStats(_ActivationRecord):
                              "select the same modules")
         self.names = list(state["names"])
         self._clear()
-        self._rows = state["rows"].clone().float()
+        self._buffer.rows = state["rows"].clone().float()
 
     def hist_plot(self, figsize: tuple[float, float] | None = None, dpi: int = 80) -> FigurePlot:
         "The colorful dimension: a panel per layer, training batch across, |activation| up, the share per bin as colour."
-        return _StatsFigure(self, _draw_hists, figsize, dpi)
+        return _StatsFigure(self, _draw_hists, check_figsize(figsize) or hist_figsize(len(self.names)), dpi)
 
     def stats_plot(self, figsize: tuple[float, float] | None = None, dpi: int = 80) -> FigurePlot:
         "Each layer's mean, std (log scale) and share of near-zero activations, per training batch."
-        return _StatsFigure(self, _draw_curves, figsize, dpi)
-
-# %% ../nbs/07c_activations.ipynb #00bf8195
-_SHARES = dict(vmin=1e-3, vmax=1.0)  # the colour scale: a thousandth of the activations (or none) to all of them
-_SCALE = "colour scale"  # the label of the colour scale's axes
-
-def _panel_grid(fig: Figure, n: int, n_cols: int = 3) -> tuple[list, Bbox]:
-    "`n` axes in rows of `n_cols`, with fixed margins in inches; and the place of one more panel, for the key (no axes)."
-    n_cols = min(n + 1, n_cols)
-    grid = fig.add_gridspec(math.ceil((n + 1) / n_cols), n_cols)
-    width, height = fig.get_size_inches()
-    fig.subplots_adjust(left=0.75 / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.35 / height,
-                        wspace=0.3, hspace=0.45)
-    axes = [fig.add_subplot(grid[i // n_cols, i % n_cols]) for i in range(n)]
-    return axes, grid[n // n_cols, n % n_cols].get_position(fig)
-
-def _hist_axes(axes, labels: list[str], hist_max: float, n_batches: int, below: int) -> list:
-    "An image per layer, titled in its line's colour: batch across, |activation| up; ticks where no neighbouring panel has them."
-    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#440154", under="#440154")  # no activation: darkest
-    images = []
-    for i, (ax, label) in enumerate(zip(axes, labels)):
-        images.append(ax.imshow(np.zeros((1, 1)), origin="lower", aspect="auto", cmap=cmap, norm=LogNorm(**_SHARES),
-                                interpolation="nearest", extent=(0, 1, 0, hist_max)))
-        ax.set_xlim(0, max(n_batches, 1))
-        ax.set_ylim(0, hist_max)
-        ax.set_title(label, color=f"C{i}")  # the colour of its line in the near-zero panel
-        few_ticks(ax, [0, hist_max / 2, hist_max])  # the ends and the middle
-        if i % 3 == 0:
-            ax.set_ylabel("|activation|")
-        else:  # the same scale as the panel on its left, which labels it: no ticks to build
-            ax.yaxis.set_major_locator(NullLocator())
-        shown_below = i + 3 < len(axes) + below  # the panel below (`below` curve panels follow) shows the batch axis
-        if shown_below:
-            ax.xaxis.set_major_locator(NullLocator())
-        ax.set_xlabel("" if shown_below else "training batch")
-    return images
-
-# %% ../nbs/07c_activations.ipynb #fce996ea
-def _colour_key(fig: Figure, place: Bbox, image, lines: list | None = None) -> None:
-    "The key at `place` (figure coordinates): the layers' lines (if any) above, the histograms' colour scale below."
-    if lines:  # untitled: the panel beside it names what its lines show
-        fig.legend(handles=lines, loc="upper left", bbox_to_anchor=(place.x0, place.y1), frameon=False,
-                   fontsize="small", ncols=2)
-    scale = fig.add_axes((place.x0, place.y0 + 0.25 * place.height, place.width, 0.09 * place.height), label=_SCALE)
-    lo, hi = math.log10(_SHARES["vmin"]), math.log10(_SHARES["vmax"])  # decades of a share: -3 to 0
-    scale.imshow(np.linspace(lo, hi, 256)[None, :], aspect="auto", cmap=image.get_cmap(), vmin=lo, vmax=hi,
-                 extent=(lo, hi, 0, 1), interpolation="nearest")  # one image: a colour bar's mesh costs more to draw
-    scale.yaxis.set_major_locator(NullLocator())
-    decades = list(range(math.ceil(lo), math.floor(hi) + 1))
-    scale.xaxis.set_major_locator(FixedLocator(decades))
-    scale.xaxis.set_major_formatter(FixedFormatter([f"{100 * 10.0 ** d:g}%" for d in decades]))  # 0.1% ... 100%
-    scale.set_xlabel("share of a batch's activations in a bin")
-
-def _panels(fig: Figure) -> list:
-    "The figure's panels: each axes but the colour scale's."
-    return [ax for ax in fig.axes if ax.get_label() != _SCALE]
-
-def _show_hists(images, hists: dict) -> None:
-    "Each layer's histograms on its image: one column per batch, the share of the batch's activations per bin."
-    for image, h in zip(images, hists.values()):
-        image.set_data(h.T if len(h) else np.zeros((1, 1)))
-        image.set_extent((0, max(len(h), 1), 0, image.get_extent()[3]))
-
-def _curve_axes(ax, labels: list[str], title: str, ylabel: str, legend: bool = True) -> list:
-    "An empty line per layer on `ax`, labelled for a legend if `legend`; each thinner than the one before, drawn over it."
-    widths = np.linspace(3.5, 1.2, len(labels)) if len(labels) > 1 else [1.5]  # where lines meet, each shows
-    lines = [ax.plot([], [], color=f"C{i}", lw=w, label=label if legend else None)[0]
-             for i, (label, w) in enumerate(zip(labels, widths))]
-    ax.set_title(title)
-    ax.set_xlabel("training batch")
-    ax.set_ylabel(ylabel)
-    return lines
-
-def _show_curves(lines, values: dict) -> None:
-    for line, y in zip(lines, values.values()):
-        line.set_data(np.arange(1, len(y) + 1), y)
-
-# %% ../nbs/07c_activations.ipynb #74a5a4f6
-import difflib
-from pathlib import Path
-
-_SAVEFIG = ("dpi", "format", "metadata", "bbox_inches", "pad_inches", "facecolor", "edgecolor", "backend",
-            "orientation", "transparent", "bbox_extra_artists", "pil_kwargs")  # matplotlib's Figure.savefig
-
-def _save_figure(plot, path: str | Path, savefig: dict) -> Path:
-    "Write `plot.plot()` to `path` with matplotlib's `savefig` keywords; refuse one it does not take, by name."
-    unknown = [key for key in savefig if key not in _SAVEFIG]
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], _SAVEFIG, n=1)
-        raise TypeError(f"save() got {unknown[0]}={savefig[unknown[0]]!r}, which matplotlib's savefig does not take"
-                        f"{f' (did you mean {close[0]!r}?)' if close else ''}: give any of {', '.join(_SAVEFIG)}")
-    plot.plot().savefig(path, **savefig)
-    return Path(path)
+        return _StatsFigure(self, _draw_curves, check_figsize(figsize) or (10.5, 3.4), dpi)
 
 # %% ../nbs/07c_activations.ipynb #a5bb0531
+from .activation_panels import hist_figsize, hist_panels, hold_panels, show_curves, show_hists, stats_panels
+
 def _draw_hists(fig: Figure, stats: ActivationStats) -> None:
-    axes, key = _panel_grid(fig, len(stats.names))
-    images = _hist_axes(axes, stats.labels, stats.hist_max, stats.n_batches, below=0)
-    _show_hists(images, stats._columns(slice(3, None)))
-    _colour_key(fig, key, images[0])
+    images, _ = hist_panels(fig, stats.labels, stats.hist_max, stats.n_batches)
+    show_hists(images, stats._columns(slice(3, None)))
 
 def _draw_curves(fig: Figure, stats: ActivationStats) -> None:
-    axes = fig.subplots(1, 3)
-    panels = ((stats._columns(0), "mean", "mean activation"),
-              (stats._columns(1), "std (log scale)", "std of activations"),
-              (stats.near_zero, f"share with |a| < {stats.zero_below:g}", "share near zero"))
-    for i, (ax, (values, title, ylabel)) in enumerate(zip(axes, panels)):
-        _show_curves(_curve_axes(ax, stats.labels, title, ylabel, legend=i == 0), values)  # one legend for all
-        ax.relim()
-        ax.autoscale()
-    axes[1].set_yscale("log")
-    axes[2].set_ylim(-0.03, 1.03)
-    frame_figure(fig, left=1.0, wspace=0.5)
-
-def _grid_size(n_panels: int) -> tuple[float, float]:
-    "About 840 pixels wide at 80 dpi (a JupyterLab output at 1,280 pixels shows it unshrunk); 2.9 inches a row."
-    return 10.5, 2.9 * math.ceil(n_panels / 3) + 0.3
+    stats_panels(fig, stats.labels, stats._columns(0), stats._columns(1), stats.near_zero, stats.zero_below)
 
 class _StatsFigure(FigurePlot):
-    "A static picture of an ActivationStats, drawn by `draw(fig, stats)`."
+    "A static picture of an ActivationStats, drawn by `draw(fig, stats)`; `save` is FigurePlot's."
     empty_hint = "train with learn.fit(..., cbs=stats) first"
 
-    def __init__(self, stats: ActivationStats, draw: Callable, figsize: tuple[float, float] | None, dpi: int):
-        size = _grid_size(len(stats.names) + 1) if draw is _draw_hists else (10.5, 3.4)
-        super().__init__(check_figsize(figsize) or size, dpi)
+    def __init__(self, stats: ActivationStats, draw: Callable, figsize: tuple[float, float], dpi: int):
+        super().__init__(figsize, dpi)
         self.stats = stats
         self.draw = draw
 
@@ -403,55 +312,8 @@ class _StatsFigure(FigurePlot):
         self.draw(fig, self.stats)
         return fig
 
-    def save(self, path: str | Path, **savefig) -> Path:
-        "Write the picture to `path` (PNG, SVG or PDF, from the extension), with matplotlib's `savefig` keywords."
-        return _save_figure(self, path, savefig)
-
-# %% ../nbs/07c_activations.ipynb #a7f3c2d1
-class _ActivationFigure(FitProgress):
-    "What ActivationPlot draws from its ActivationStats (`stats`): an image per layer, the near-zero shares, a key; a line of text."
-    def _collect(self) -> None:
-        self.stats.flush()
-
-    def _ready(self) -> bool:
-        return self.stats.n_batches > 0
-
-    def _artists(self, fig: Figure) -> list:
-        labels = self.stats.labels
-        (*axes, curves), key = _panel_grid(fig, len(labels) + 1)
-        n = self._total or self.stats.n_batches
-        images = _hist_axes(axes, labels, self.stats.hist_max, n, below=1)
-        lines = _curve_axes(curves, labels, f"share with |a| < {self.stats.zero_below:g}", "share near zero")
-        few_ticks(curves, [0, 0.5, 1])
-        curves.set_xlim(0, max(n, 1))
-        curves.set_ylim(-0.03, 1.03)
-        _colour_key(fig, key, images[0], lines)
-        return images + lines
-
-    def _fill(self, fig: Figure, artists: list, grow: bool) -> None:
-        n_layers = len(self.stats.names)
-        _show_hists(artists[:n_layers], self.stats._columns(slice(3, None)))
-        _show_curves(artists[n_layers:], self.stats.near_zero)
-        panels = _panels(fig)
-        if not grow:  # the final picture, or plot(): the x axes hold what was done (a stopped fit: no empty tail)
-            for ax in panels:
-                ax.set_xlim(0, max(self.stats.n_batches, 1))
-        else:
-            hold_batches(panels, self.stats.n_batches)  # a loader without a length: the x axes grow by doubling
-
-    def save(self, path: str | Path, **savefig) -> Path:
-        "Write the picture of what was collected to `path`, with matplotlib's `savefig` keywords (`dpi=60`...)."
-        return _save_figure(self, path, savefig)
-
-    def _summary(self) -> str:
-        "The training batches, and the share of near-zero activations in each layer at the last one."
-        if not self.stats.n_batches:
-            return "no training batch"
-        last = ", ".join(f"{name} {v[-1]:.0%}" for name, v in zip(self.stats.names, self.stats.near_zero.values()))
-        return f"{self.stats.n_batches} batches; |a| < {self.stats.zero_below:g} at the last: {last}"
-
 # %% ../nbs/07c_activations.ipynb #692bb807
-class ActivationPlot(_ActivationFigure):
+class ActivationPlot(FitProgress):
     "The colorful dimension and each layer's share of near-zero activations, drawn while training from the ActivationStats it owns (`stats`)."
     order = HookCallback.order  # its statistics' hooks go first in on_train_end
     empty_hint = "train with learn.fit(..., cbs=plot) first"
@@ -460,17 +322,13 @@ class ActivationPlot(_ActivationFigure):
                  sample: int | None = 1024, every_ms: float = 250, max_overhead: float = 0.1, mode: str = "auto",
                  figsize: tuple[float, float] | None = None, dpi: int = 80, file=None):
         self.stats = ActivationStats(modules, bins, hist_max, zero_below, sample)
-        super().__init__(every_ms, max_overhead, mode, check_figsize(figsize) or (10.5, 6.1), dpi,
-                         file)
+        super().__init__(every_ms, max_overhead, mode, check_figsize(figsize) or (10.5, 6.1), dpi, file)
         self._figsize = figsize  # None: as many rows as the layers need, known once the modules are found
 
     def on_train_begin(self):
         self.stats.learn = self.learn
         self.stats.on_train_begin()
         super().on_train_begin()
-
-    def _begin(self) -> None:
-        self.figsize = self._figsize or _grid_size(len(self.stats.names) + 2)
 
     def on_batch_begin(self):
         self.stats.on_batch_begin()
@@ -493,3 +351,30 @@ class ActivationPlot(_ActivationFigure):
 
     def load_state_dict(self, state: dict) -> None:
         self.stats.load_state_dict(state)
+
+    def _begin(self) -> None:
+        self.figsize = self._figsize or hist_figsize(len(self.stats.names), near_zero=True)
+
+    def _collect(self) -> None:
+        self.stats.flush()
+
+    def _ready(self) -> bool:
+        return self.stats.n_batches > 0
+
+    def _artists(self, fig: Figure) -> list:
+        images, lines = hist_panels(fig, self.stats.labels, self.stats.hist_max, self._total or self.stats.n_batches,
+                                    self.stats.zero_below)
+        return images + lines
+
+    def _fill(self, fig: Figure, artists: list, grow: bool) -> None:
+        n_layers = len(self.stats.names)
+        show_hists(artists[:n_layers], self.stats._columns(slice(3, None)))
+        show_curves(artists[n_layers:], self.stats.near_zero)
+        hold_panels(fig, self.stats.n_batches, grow)  # the final picture, or plot(): what was done; else growing
+
+    def _summary(self) -> str:
+        "The training batches, and the share of near-zero activations in each layer at the last one."
+        if not self.stats.n_batches:
+            return "no training batch"
+        last = ", ".join(f"{name} {v[-1]:.0%}" for name, v in zip(self.stats.names, self.stats.near_zero.values()))
+        return f"{self.stats.n_batches} batches; |a| < {self.stats.zero_below:g} at the last: {last}"

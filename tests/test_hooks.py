@@ -108,7 +108,7 @@ def test_the_hooks_are_gone_after_every_kind_of_exit(exit_name, kind):
     if exit_name == "normal end":
         assert stats.n_batches == 6
     elif "on_train_begin" not in exit_name:
-        assert stats.n_batches >= 1 and len(stats._rows) == stats.n_batches  # flushed at the end
+        assert stats.n_batches >= 1 and len(stats._buffer.rows) == stats.n_batches  # flushed at the end
 
 
 class CountHooks(Callback):

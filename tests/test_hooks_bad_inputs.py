@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import hooks_worker as w
-from looplab.activations import (ActivationPlot, ActivationStats, _panels, _sample_index, activation_row,
-                                 activation_rows)
+from looplab.activation_panels import _panels
+from looplab.activations import ActivationPlot, ActivationStats, _sample_index, activation_row, activation_rows
 from looplab.callback import Callback, CallbackError, CancelFitException
 from looplab.conv import conv_net, signal_dls
 from looplab.hooks import Hook, HookCallback, Hooks, find_modules
