@@ -202,7 +202,7 @@ class ActivationStats(HookCallback):
         merged = self._buffer.keep(i, _sample_of(_output_tensor(module, outputs), self.sample, self._positions))
         if merged and not self._warned:
             warnings.warn(f"{self.labels[i]} ran more than once in a training batch's forward: {type(self).__name__} "
-                          "merges its calls into one row per batch (n_calls counts the calls)", stacklevel=2)
+                          "merges its calls into one row per batch (n_calls counts the calls)")
             self._warned = True
 
     def forward_done(self) -> None:
