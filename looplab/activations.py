@@ -9,19 +9,16 @@ import math
 import warnings
 from typing import Callable
 
-import matplotlib
 import numpy as np
 import torch
-from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
-from matplotlib.transforms import Bbox
 from torch import nn
 
+from .activation_panels import hist_figsize, hist_panels, hold_panels, show_curves, show_hists, stats_panels
 from .checks import check_int, check_number
 from .hooks import HookCallback
-from .loss_plot import FitProgress, few_ticks, frame_figure
-from .widgets import FigurePlot, hold_batches, check_figsize
+from .loss_plot import FitProgress
+from .widgets import FigurePlot, check_figsize
 
 # %% auto #0
 __all__ = ['activation_rows', 'activation_row', 'ActivationStatsWarning', 'ActivationStats', 'ActivationPlot']
@@ -285,8 +282,6 @@ class ActivationStats(HookCallback):
         return _StatsFigure(self, _draw_curves, check_figsize(figsize) or (10.5, 3.4), dpi)
 
 # %% ../nbs/07c_activations.ipynb #a5bb0531
-from .activation_panels import hist_figsize, hist_panels, hold_panels, show_curves, show_hists, stats_panels
-
 def _draw_hists(fig: Figure, stats: ActivationStats) -> None:
     images, _ = hist_panels(fig, stats.labels, stats.hist_max, stats.n_batches)
     show_hists(images, stats._columns(slice(3, None)))
