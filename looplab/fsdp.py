@@ -269,8 +269,7 @@ class FSDPEngine(ShardedFiles, DistributedDataParallelEngine):
                  layers: Callable = default_layers, reshard_after_forward: bool = True, timeout_s: float = 300.0):
         _check_mp_dtype(mp_dtype)
         super().__init__(device=device, backend=backend, timeout_s=timeout_s)
-        self.mp_dtype, self.layers, self.reshard_after_forward = mp_dtype, layers, reshard_after_forward
-        self.timeout_s = timeout_s
+        self.mp_dtype, self.layers, self.reshard_after_forward, self.timeout_s = mp_dtype, layers, reshard_after_forward, timeout_s
         self._checked = False  # whether this fit's optimizer was checked against the sharded parameters
         self._fitting = False  # inside fit or validate, where every rank runs the same forwards
 
