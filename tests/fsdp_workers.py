@@ -11,7 +11,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from looplab import fsdp
+from looplab import shards
 from looplab.callback import Callback, CancelFitException
 from looplab.checkpoint import load_checkpoint, save_checkpoint
 from looplab.data import DataLoaders, load_digits, set_seed
@@ -236,13 +236,13 @@ def broken_targets_and_shards(tmp):
     dcp.FileSystemWriter.write_data = write
     out["after full disk"] = _listing(learn, tmp)
     for case, rank, name in (("rank 1's target", 1, "writable_path"), ("rank 0's commit", 0, "write_checkpoint")):
-        kept = getattr(fsdp, name)
+        kept = getattr(shards, name)
         if learn.engine.rank == rank:  # a failure on one rank only: its own disk, its own permissions
             def fails(*args, **kwargs):
                 raise PermissionError(f"{case} fails here")
-            setattr(fsdp, name, fails)
+            setattr(shards, name, fails)
         out[case] = _attempt(lambda: save_checkpoint(learn, path))
-        setattr(fsdp, name, kept)
+        setattr(shards, name, kept)
         out[f"after {case}"] = _listing(learn, tmp)
     _on_rank0(learn, lambda: shutil.copy(path, tmp / "keep.pt"))
     save_checkpoint(learn, path)
