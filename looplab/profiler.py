@@ -6,11 +6,8 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 import warnings
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -25,7 +22,7 @@ from .loss_plot import FitProgress, frame_figure
 from .widgets import hold_batches
 
 # %% auto #0
-__all__ = ['PHASES', 'DEVICE_PHASES', 'Profiler', 'ProfilePlot', 'TorchTrace']
+__all__ = ['PHASES', 'DEVICE_PHASES', 'Profiler', 'ProfilePlot']
 
 # %% ../nbs/07d_profiler.ipynb #8352a5f5
 PHASES = ("data", "forward", "loss", "backward", "step", "zero_grad", "callbacks", "plot drawing", "loop")
@@ -428,96 +425,3 @@ class ProfilePlot(Profiler, _PhaseChart):
 
     def _ready(self) -> bool:
         return self.n_batches > 0
-
-# %% ../nbs/07d_profiler.ipynb #ac918284
-def _check_trace_folder(folder: Path) -> None:
-    "Refuse a folder that cannot hold a trace: make it, and write and delete a file in it, before the fit starts."
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as e:
-        raise ValueError(f"TorchTrace cannot write its trace into {str(folder)!r} ({e.strerror or e}): pass a folder "
-                         "it can make or write, e.g. TorchTrace('runs/trace')") from None
-
-def _torch_profiler_running() -> bool:
-    "Whether a torch.profiler session records in this process now."
-    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
-    return bool(enabled is not None and enabled())
-
-def _check_no_other_trace() -> None:
-    "Refuse a second torch.profiler session: torch runs one at a time, and two at once can crash the process."
-    if TorchTrace._running is not None:
-        raise ValueError("another TorchTrace is tracing a fit in this process, and torch.profiler runs one session "
-                         "at a time: let that fit end first, or keep one TorchTrace")
-    if _torch_profiler_running():
-        raise ValueError("a torch.profiler session is already recording (a torch.profiler.profile around this fit?), "
-                         "and torch runs one at a time: end it before fit, or leave TorchTrace out")
-
-# %% ../nbs/07d_profiler.ipynb #b9b854cc
-class TorchTrace(Callback):
-    "Trace `batches` training batches with torch.profiler, after `skip`; write the trace into `folder` for TensorBoard."
-    unique = True  # one torch.profiler session at a time
-    _running = None  # the TorchTrace whose session is open, in this process
-
-    def __init__(self, folder: str | os.PathLike, skip: int = 2, batches: int = 3):
-        if not isinstance(folder, (str, os.PathLike)):
-            raise TypeError(f"folder must be a path (a str or a pathlib.Path), got {folder!r} of type "
-                            f"{type(folder).__name__}")
-        self.folder = Path(folder)
-        self.skip = check_int("skip", skip, 1)  # the first batch is always slow: one, at least, is skipped
-        self.batches = check_int("batches", batches, 1)
-        self.traces: list[Path] = []  # the files written by the last fit
-        self._torch_profile = None
-        self._late = False  # attached during a fit: it traces from the next one
-
-    def on_train_begin(self):
-        _check_no_other_trace()
-        _check_trace_folder(self.folder)
-        per_epoch = loader_len(self.learn.dls.train)
-        total = None if per_epoch is None else per_epoch * self.learn.n_epochs
-        if total is not None and self.skip >= total:
-            raise ValueError(f"TorchTrace(skip={self.skip}) would skip every batch of this fit ({total} training "
-                             f"batches) and write no trace: pass skip={max(1, total - self.batches)}, or fit longer")
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.learn.engine.device.type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self._before = set(self.folder.glob("*.pt.trace.json"))  # the traces of earlier fits are not this fit's
-        self._seen = 0  # training batches of this fit
-        self._torch_profile = torch.profiler.profile(
-            activities=activities,
-            schedule=torch.profiler.schedule(wait=self.skip - 1, warmup=1, active=self.batches, repeat=1),
-            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.folder)))
-        self._torch_profile.__enter__()
-        TorchTrace._running = self
-
-    def on_batch_end(self):
-        if self._torch_profile is None:
-            self._late = True
-        elif self.learn.training:
-            self._seen += 1
-            self._torch_profile.step()  # the schedule counts training batches
-
-    def on_train_end(self):
-        if self._torch_profile is None:  # on_train_begin never ran, or this callback came during the fit
-            if self._late:
-                self._late = False
-                warnings.warn("TorchTrace was attached during the fit and traced nothing: attach it before fit "
-                              "(fit's cbs, or learn.add_cbs)", stacklevel=2)
-            return
-        try:
-            self._torch_profile.__exit__(None, None, None)
-        finally:
-            self._torch_profile = None
-            TorchTrace._running = None
-        self.traces = sorted(set(self.folder.glob("*.pt.trace.json")) - self._before)
-        self._say_short()
-
-    def _say_short(self) -> None:
-        "Warn where the fit ended before the `batches` traced batches did."
-        traced = min(max(self._seen - self.skip, 0), self.batches)
-        if traced < self.batches:
-            fix = f"pass skip={max(1, self._seen - self.batches)} or less, or fit longer"
-            what = "wrote no trace" if not traced else f"traced {traced} of the {self.batches} batches asked"
-            warnings.warn(f"TorchTrace {what}: the fit ran {self._seen} training batches, and skip={self.skip} "
-                          f"skipped the first {min(self.skip, self._seen)}; {fix}", stacklevel=3)

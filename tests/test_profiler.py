@@ -332,7 +332,7 @@ def test_a_long_epoch_is_read_as_it_goes(monkeypatch):
 
 def test_torch_trace_writes_a_trace_tensorboard_opens(tmp_path):
     import json
-    from looplab.profiler import TorchTrace
+    from looplab.torch_trace import TorchTrace
     learn = make_learner()
     trace = TorchTrace(tmp_path, skip=3, batches=2)
     prof = Profiler()

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from looplab.callback import Callback, CallbackError
-from looplab.profiler import PHASES, Profiler, ProfilePlot, TorchTrace
+from looplab.profiler import PHASES, Profiler, ProfilePlot
+from looplab.torch_trace import TorchTrace
 
 from helpers import make_dls, make_learner
 from test_profiler import FakeClock, sleeping_learner, stamped
@@ -30,7 +31,7 @@ TRACE_REFUSALS = """
     import tempfile
     import torch
     from looplab.callback import Callback
-    from looplab.profiler import TorchTrace
+    from looplab.torch_trace import TorchTrace
     from helpers import make_learner
     folder = tempfile.mkdtemp()
 
