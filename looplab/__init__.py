@@ -60,9 +60,10 @@ from .hooks import Hook, HookCallback, Hooks
 from .lr_plot import LRPlot
 from .monitor import SWA
 from .optim import AdamW
-from .profiler import Profiler, ProfilePlot, TorchTrace
+from .profiler import Profiler, ProfilePlot
 from .resume import StatefulLoader
 from .samplers import ReproducibleShuffleSampler
+from .torch_trace import TorchTrace
 
 _all_ = ["ActivationPlot", "ActivationStats", "DataParallelAMPEngine", "DataParallelEngine",
          "DistributedDataParallelAMPEngine", "get_engine",

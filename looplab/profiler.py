@@ -6,11 +6,8 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 import warnings
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -25,11 +22,12 @@ from .loss_plot import FitProgress, frame_figure
 from .widgets import hold_batches
 
 # %% auto #0
-__all__ = ['PHASES', 'DEVICE_PHASES', 'Profiler', 'ProfilePlot', 'TorchTrace']
+__all__ = ['PHASES', 'DEVICE_PHASES', 'Profiler', 'ProfilePlot']
 
 # %% ../nbs/07d_profiler.ipynb #8352a5f5
 PHASES = ("data", "forward", "loss", "backward", "step", "zero_grad", "callbacks", "plot drawing", "loop")
 DEVICE_PHASES = ("forward", "loss", "backward", "step", "zero_grad")  # the work a GPU does, queued by the host
+_STEP, _CALLBACKS, _LOOP = (PHASES.index(phase) for phase in ("step", "callbacks", "loop"))
 _AFTER = {"on_batch_begin": "forward", "on_loss_begin": "loss", "on_backward_begin": "backward",
           "on_step_begin": "step", "on_zero_grad_begin": "zero_grad"}  # the loop's work after each event's callbacks
 _UNTIMED = ("on_train_begin", "on_train_end")  # running when the stamps go in, and when they come out
@@ -71,10 +69,10 @@ def _stamp(k: int, ids: list, times: list, marks: list | None, edge: bool, clock
             times.append(clock())
     return stamp
 
-def _stamped(handlers: dict, ids: list, times: list, marks: list | None, owner,
-             clock: Callable[[], float]) -> tuple[dict, list]:
-    "`handlers` with a stamp before, between and after each event's callbacks; and each stamp's `_Slot`."
-    slots, stamped = [], {}
+def _stamped(handlers: dict, log: _StampReader, owner, clock: Callable[[], float]) -> dict:
+    "`handlers` with a stamp before, between and after each event's callbacks; the stamps log into `log`."
+    marks = log.marks if log.cuda else None
+    stamped = {}
     for event in EVENTS:
         methods = handlers[event]
         if event in _UNTIMED:
@@ -83,78 +81,71 @@ def _stamped(handlers: dict, ids: list, times: list, marks: list | None, owner,
         chain = []
         for j in range(len(methods) + 1):
             cb = getattr(methods[j], "__self__", methods[j]) if j < len(methods) else None
-            slots.append(_Slot(event, j, len(methods), None if cb is None else type(cb).__name__, cb is owner))
-            chain.append(_stamp(len(slots) - 1, ids, times, marks, j in (0, len(methods)), clock))
+            log.slots.append(_Slot(event, j, len(methods), None if cb is None else type(cb).__name__, cb is owner))
+            chain.append(_stamp(len(log.slots) - 1, log.ids, log.reads, marks, j in (0, len(methods)), clock))
             if j < len(methods):
                 chain.append(methods[j])
         stamped[event] = tuple(chain)
-    return stamped, slots
+    return stamped
 
 # %% ../nbs/07d_profiler.ipynb #4513e26d
-_STEP, _CALLBACKS, _LOOP = (PHASES.index(phase) for phase in ("step", "callbacks", "loop"))
-
 class _StampReader:
-    "Turns a log of stamps into seconds per phase per training batch, per callback, and outside the training batches."
-    _own_phase = "callbacks"  # where the profiler's own time goes (ProfilePlot: "plot drawing")
-
-    def _clear(self) -> None:
-        self.times = {phase: [] for phase in PHASES}  # seconds, one per training batch: they partition its wall time
-        self.gpu_times = {phase: [] for phase in DEVICE_PHASES}  # on CUDA: the GPU's seconds for the same phases
-        self.callback_times = {}  # (event, callback's class name) -> [seconds, calls], over the whole fit
-        self.outside = 0.0  # seconds between training batches: epoch begin and end, validation
-        self._ids, self._times, self._marks = [], [], []  # the stamps logged since the last flush
-        self._last = None  # the last stamp read: (slot, time, CUDA event or None)
-        self._row = None  # the open training batch's seconds per phase
-        self._gpu_row = None
-        self._validating = False
-        self._in_step = False  # between on_step_begin and on_step_end: a closure optimizer's evaluations are the step's
-        self._cuda = False
+    "One fit's log of stamps, read into `profile`'s seconds: per phase per training batch, per callback, and outside."
+    def __init__(self, profile, cuda: bool = False):
+        self.profile = profile  # where the seconds go: its times, gpu_times, callback_times and outside
+        self.own_phase = PHASES.index(profile._own_phase)  # the profiler's own time (ProfilePlot's: "plot drawing")
+        self.cuda = cuda
+        self.slots = []  # what each stamp means, by its number
+        self.ids, self.reads, self.marks = [], [], []  # the stamps logged since the last flush: number, clock, event
+        self.last = None  # the last stamp read: (slot, time, CUDA event or None)
+        self.row = None  # the open training batch's seconds per phase, and on CUDA the GPU's
+        self.gpu_row = None
+        self.validating = False
+        self.in_step = False  # between on_step_begin and on_step_end: a closure optimizer's evaluations are the step's
 
     def flush(self) -> None:
         "Read the stamps logged since the last flush; on CUDA, wait here (once) for the GPU to reach the last one."
-        ids, times, marks = self._ids, self._times, self._marks
-        n = len(ids)
-        if self._cuda:
-            last = next((mark for mark in reversed(marks) if mark is not None), None)
-            if last is not None:
-                last.synchronize()
+        n = len(self.ids)
+        last = next((mark for mark in reversed(self.marks) if mark is not None), None) if self.cuda else None
+        if last is not None:
+            last.synchronize()
         for i in range(n):
-            self._read(self._slots[ids[i]], times[i], marks[i] if self._cuda else None)
-        del ids[:n], times[:n], marks[:n]
+            self._read(self.slots[self.ids[i]], self.reads[i], self.marks[i] if self.cuda else None)
+        del self.ids[:n], self.reads[:n], self.marks[:n]
 
     def _read(self, slot: _Slot, t: float, mark) -> None:
         "Charge the time since the previous stamp to a callback, a phase of the open batch, or `outside`."
-        last, self._last = self._last, (slot, t, mark)
+        last, self.last = self.last, (slot, t, mark)
         if last is None:
             return
         before, t0, mark0 = last
         gap = t - t0
         if slot.validate_begins or slot.validate_ends:
-            self._validating = slot.validate_begins  # validation batches are not training batches
-        in_step = before.step_begins or (self._in_step and not before.closes)  # this gap lies inside a step
-        self._in_step = in_step and not slot.step_ends
+            self.validating = slot.validate_begins  # validation batches are not training batches
+        in_step = before.step_begins or (self.in_step and not before.closes)  # this gap lies inside a step
+        self.in_step = in_step and not slot.step_ends
         phase = _STEP if in_step and before.phase == _LOOP else before.phase
         if before.before_callback:  # to its return, or to the next event's first stamp if it raised
-            entry = self.callback_times.setdefault((before.event, before.callback), [0.0, 0])
+            entry = self.profile.callback_times.setdefault((before.event, before.callback), [0.0, 0])
             entry[0] += gap
             entry[1] += 1
-            phase = PHASES.index(self._own_phase) if before.own else _CALLBACKS
-        if self._row is None and slot.opens and not self._validating:
-            self._row = [0.0] * len(PHASES)  # a training batch begins: the time since the last stamp is its data
-            self._gpu_row = [0.0] * len(DEVICE_PHASES)
+            phase = self.own_phase if before.own else _CALLBACKS
+        if self.row is None and slot.opens and not self.validating:
+            self.row = [0.0] * len(PHASES)  # a training batch begins: the time since the last stamp is its data
+            self.gpu_row = [0.0] * len(DEVICE_PHASES)
             phase = 0
-        if self._row is None:
-            self.outside += gap
+        if self.row is None:
+            self.profile.outside += gap
             return
-        self._row[phase] += gap
+        self.row[phase] += gap
         if mark0 is not None and mark is not None and PHASES[phase] in DEVICE_PHASES:
-            self._gpu_row[DEVICE_PHASES.index(PHASES[phase])] += mark0.elapsed_time(mark) / 1000  # ms -> s
+            self.gpu_row[DEVICE_PHASES.index(PHASES[phase])] += mark0.elapsed_time(mark) / 1000  # ms -> s
         if slot.closes:
-            for name, seconds in zip(PHASES, self._row):
-                self.times[name].append(seconds)
-            for name, seconds in zip(DEVICE_PHASES, self._gpu_row if self._cuda else ()):
-                self.gpu_times[name].append(seconds)
-            self._row = None
+            for name, seconds in zip(PHASES, self.row):
+                self.profile.times[name].append(seconds)
+            for name, seconds in zip(DEVICE_PHASES, self.gpu_row if self.cuda else ()):
+                self.profile.gpu_times[name].append(seconds)
+            self.row = None
 
 # %% ../nbs/07d_profiler.ipynb #3d1dad9c
 def _check_cuda_events(cuda_events) -> bool | None:
@@ -167,9 +158,32 @@ def _check_cuda_events(cuda_events) -> bool | None:
                          "pass cuda_events=None or False")
     return cuda_events
 
+def _check_alone(profiler, cbh) -> None:
+    "Refuse a fit inside the one `profiler` times, and a second profiler (each would time the other's stamps)."
+    name = type(profiler).__name__
+    if profiler._stamps is not None:
+        raise ValueError(f"this {name} is timing a fit already: a fit run inside another fit needs a {name} of its own")
+    other = next((cb for cb in cbh.cbs if isinstance(cb, Profiler) and cb is not profiler), None)
+    if other is not None:
+        raise ValueError(f"{name} and {type(other).__name__} are both attached, and each would time the other's "
+                         "stamps: keep one (ProfilePlot is a Profiler that also draws)")
+
+def _warn_lost(profiler) -> None:
+    "Say that the stamps are gone, and up to which batch the profile holds."
+    warnings.warn(f"callbacks were added or removed during the fit, which rebuilt the handlers without "
+                  f"{type(profiler).__name__}'s stamps: it profiled the first {profiler.n_batches} training batches "
+                  "only. Attach callbacks before fit (learn.add_cbs, or fit's cbs)", stacklevel=2)
+
 # %% ../nbs/07d_profiler.ipynb #d75c639c
-class _Report(_StampReader):
-    "What the readings say: batches, each batch's time, each phase's share, and the table."
+class _Report:
+    "What the seconds a profiler read say: its batches, each batch's time, each phase's share, and the table."
+    def _clear(self) -> None:
+        "No seconds yet: the stamps of a fit fill them."
+        self.times = {phase: [] for phase in PHASES}  # seconds, one per training batch: they partition its wall time
+        self.gpu_times = {phase: [] for phase in DEVICE_PHASES}  # on CUDA: the GPU's seconds for the same phases
+        self.callback_times = {}  # (event, callback's class name) -> [seconds, calls], over the whole fit
+        self.outside = 0.0  # seconds between training batches: epoch begin and end, validation
+
     @property
     def n_batches(self) -> int:
         "Training batches profiled in the last fit (as far as flushed)."
@@ -196,19 +210,19 @@ class _Report(_StampReader):
         return PHASES if self._own_phase == "plot drawing" else tuple(p for p in PHASES if p != "plot drawing")
 
     def _need_batches(self) -> None:
-        if self.n_batches:
-            return
-        if self._fitted:
+        if not self.n_batches and self._fitted:
             raise ValueError(f"{type(self).__name__}'s last fit trained no batch (fit(0), or it stopped before its "
                              "first training batch): fit at least one batch with it attached")
-        raise ValueError(f"{type(self).__name__} has no training batch to report: "
-                         "train with learn.fit(..., cbs=profiler) first")
+        if not self.n_batches:
+            raise ValueError(f"{type(self).__name__} has no training batch to report: "
+                             "train with learn.fit(..., cbs=profiler) first")
 
 # %% ../nbs/07d_profiler.ipynb #ab323885
 class Profiler(_Report, Callback):
     "Where each training batch's time goes: data, forward, loss, backward, step, zero_grad, callbacks, the loop's own."
     order = -100  # first at every event: its on_train_end restores the handlers before another callback can fail
     unique = True
+    _own_phase = "callbacks"  # where its own time goes (ProfilePlot: "plot drawing")
 
     def __init__(self, cuda_events: bool | None = None, clock: Callable[[], float] = time.perf_counter):
         self.cuda_events = _check_cuda_events(cuda_events)  # None: on when the engine's device is CUDA
@@ -218,27 +232,21 @@ class Profiler(_Report, Callback):
         self._stamps = None  # the stamped handlers, while a fit runs
         self._fitted = False  # a fit began with it attached
         self._clear()
+        self._reader = _StampReader(self)  # the log of the fit's stamps: none yet
 
     def on_train_begin(self):
         self._start()
 
     def _start(self) -> None:
-        "Refuse a second profiler in the fit, or a fit inside the one this profiler times; then put the stamps in."
-        if self._stamps is not None:
-            raise ValueError(f"this {type(self).__name__} is timing a fit already: a fit run inside another fit "
-                             f"needs a {type(self).__name__} of its own")
+        "Put the stamps in, for this fit, and empty the seconds they will fill."
         cbh = self.learn.cbh
-        other = next((cb for cb in cbh.cbs if isinstance(cb, Profiler) and cb is not self), None)
-        if other is not None:
-            raise ValueError(f"{type(self).__name__} and {type(other).__name__} are both attached, and each would "
-                             "time the other's stamps: keep one (ProfilePlot is a Profiler that also draws)")
-        self._clear()
+        _check_alone(self, cbh)
         self._fitted = True
         self._lost = False  # the stamps went missing in this fit (and that was said)
         cuda = self.cuda_events if self.cuda_events is not None else self.learn.engine.device.type == "cuda"
-        self._cuda = bool(cuda)
-        self._stamps, self._slots = _stamped(cbh.handlers, self._ids, self._times, self._marks if cuda else None,
-                                             self, self.clock)
+        self._clear()
+        self._reader = _StampReader(self, bool(cuda))
+        self._stamps = _stamped(cbh.handlers, self._reader, self, self.clock)
         self._cbh = cbh  # the handler it stamped: the one it restores, whatever learner it is attached to by then
         cbh.handlers = self._stamps  # the table the loop reads, for this fit
 
@@ -246,20 +254,13 @@ class Profiler(_Report, Callback):
         if self._stamps is None:  # attached during the fit: it times the training batches from the next one
             if self.learn.training:
                 self._start()
-                self._last = (_Slot("on_batch_end", 0, 0, None), self.clock(), None)  # the next batch's data from now
-        elif self._cbh.handlers is not self._stamps:  # callbacks added or removed mid-fit: the stamps are gone
-            self._warn_lost()
-        elif len(self._ids) > _FLUSH_EVERY:  # a long epoch: read the log now and then, so it stays short
+                self._reader.last = (_Slot("on_batch_end", 0, 0, None), self.clock(), None)  # the next batch's data
+        elif self._cbh.handlers is not self._stamps and not self._lost:  # callbacks came or went: the stamps are gone
+            self._lost = True  # said once
             self.flush()
-
-    def _warn_lost(self) -> None:
-        "Say once that the stamps are gone, and up to which batch the profile holds."
-        if not self._lost:
-            self._lost = True
+            _warn_lost(self)
+        elif len(self._reader.ids) > _FLUSH_EVERY:  # a long epoch: read the log now and then, so it stays short
             self.flush()
-            warnings.warn(f"callbacks were added or removed during the fit, which rebuilt the handlers without "
-                          f"{type(self).__name__}'s stamps: it profiled the first {self.n_batches} training batches "
-                          "only. Attach callbacks before fit (learn.add_cbs, or fit's cbs)", stacklevel=2)
 
     def on_epoch_end(self):
         self.flush()
@@ -272,6 +273,10 @@ class Profiler(_Report, Callback):
         finally:
             self._stamps = None
             self._cbh.rebuild()  # the plain handlers again, whatever happened
+
+    def flush(self) -> None:
+        "Read the stamps logged since the last flush (each epoch's end, each frame, the fit's end)."
+        self._reader.flush()
 
 # %% ../nbs/07d_profiler.ipynb #836dd05e
 def _duration(seconds: float) -> str:
@@ -286,6 +291,11 @@ def _unit(seconds: float) -> tuple[str, float]:
     if seconds >= 1e-3:
         return "ms", 1e3
     return "µs", 1e6
+
+def _largest_shares(shares: dict[str, float]) -> list[str]:
+    "Each phase that takes 0.5 % or more, with its share, the largest first."
+    ordered = sorted(shares.items(), key=lambda item: -item[1])
+    return [f"{phase} {share:.0%}" for phase, share in ordered if share >= 0.005]
 
 def _profile_table(profiler: Profiler) -> str:
     "The phases, then the callbacks at each event, the costliest first; a GPU column on CUDA. One unit a column."
@@ -333,12 +343,17 @@ def _stack(bands: list, x: np.ndarray, heights: list[np.ndarray]) -> np.ndarray:
     return bottom
 
 # %% ../nbs/07d_profiler.ipynb #fd81bf80
-class _PhaseChart(FitProgress):
-    "The drawing of ProfilePlot: each phase a band, stacked, over windows of training batches; in a notebook the progress bar above it."
+class _PhaseChart:
+    "ProfilePlot's picture: each phase a band, stacked, over windows of batches; the y axis kept while it fits."
     colors = {"data": "C0", "forward": "C1", "loss": "C4", "backward": "C3", "step": "C2", "zero_grad": "C8",
               "callbacks": "C6", "plot drawing": "C5", "loop": "C7"}
 
-    def _artists(self, fig: Figure) -> list:
+    def __init__(self, columns: int):
+        self.columns = columns  # at most this many windows across the plot
+        self.ylim = None  # kept while the typical batch fits it: a changed axis costs a full redraw
+
+    def artists(self, fig: Figure, n_batches: int) -> list:
+        "The axes over `n_batches` training batches: a band per phase, and the marks of the windows above the axis."
         ax = fig.add_subplot()
         bands = [ax.add_patch(Polygon(np.zeros((0, 2)), closed=True, color=self.colors[phase], label=phase))
                  for phase in PHASES]
@@ -346,51 +361,30 @@ class _PhaseChart(FitProgress):
         ax.set_title("Time per training batch, by phase (means over windows of batches)")
         ax.set_xlabel("training batch")
         ax.set_ylabel("ms per batch")
-        ax.set_xlim(0, self._total or max(self.n_batches, 16))
+        ax.set_xlim(0, n_batches)
         frame_figure(fig)  # the legend above the axes, off the data
         return [*bands, peaks]
 
-    def _fill(self, fig: Figure, artists: list, grow: bool) -> None:
-        ax = fig.axes[0]
-        n = self.n_batches
+    def fill(self, ax, artists: list, profiler: Profiler, grow: bool) -> None:
+        "Draw `profiler`'s batches so far (`grow`: while training; else the final picture)."
+        n = profiler.n_batches
         width = max(1, math.ceil(n / self.columns))
         edges = np.append(np.arange(0, n, width), n)  # window i spans batches edges[i] to edges[i + 1]
         x = np.repeat(edges, 2)[1:-1]  # each window's mean held flat across it
-        means = {phase: _window_means(self.times[phase], width) * 1e3 for phase in PHASES}
+        means = {phase: _window_means(profiler.times[phase], width) * 1e3 for phase in PHASES}
         total = _stack(artists[:-1], x, [means[phase] for phase in PHASES])
-        typical = _typical_top(self.batch_times() * 1e3, total - means["plot drawing"])  # its draws stay peaks
-        if self._ylim is None or not grow or not 0.6 * self._ylim[1] <= typical <= self._ylim[1]:
-            self._ylim = (0.0, typical)  # kept while it fits: a changed axis costs a full redraw
-        ax.set_ylim(*self._ylim)
-        above = total > self._ylim[1]
-        artists[-1].set_data((edges[:-1] + edges[1:])[above] / 2, np.full(above.sum(), self._ylim[1]))
+        typical = _typical_top(profiler.batch_times() * 1e3, total - means["plot drawing"])  # its draws stay peaks
+        if self.ylim is None or not grow or not 0.6 * self.ylim[1] <= typical <= self.ylim[1]:
+            self.ylim = (0.0, typical)
+        ax.set_ylim(*self.ylim)
+        above = total > self.ylim[1]
+        artists[-1].set_data((edges[:-1] + edges[1:])[above] / 2, np.full(above.sum(), self.ylim[1]))
         if not grow:  # the final picture: the batches done (a stopped fit has no empty tail)
             ax.set_xlim(0, max(n, 1))
         hold_batches([ax], n)
 
-    def _status(self) -> str | None:
-        "The batch and the largest phases, as many as fit a terminal's 79 columns (the summary gives them all)."
-        if not self.n_batches:
-            return None
-        text = f"batch {self.n_batches} ·"
-        for part in self._shares():
-            if len(text) + len(part) + 2 > 79:
-                break
-            text += (" " if text.endswith("·") else ", ") + part
-        return text
-
-    def _summary(self) -> str:
-        if not self.n_batches:
-            return "no training batch (the fit ended before its first one)"
-        return f"{self.n_batches} batches, {_duration(float(self.batch_times().mean()))} each: {', '.join(self._shares())}"
-
-    def _shares(self) -> list[str]:
-        "Each phase that takes 0.5 % or more, with its share, the largest first."
-        shares = sorted(self.shares().items(), key=lambda item: -item[1])
-        return [f"{phase} {share:.0%}" for phase, share in shares if share >= 0.005]
-
 # %% ../nbs/07d_profiler.ipynb #747a6ef6
-class ProfilePlot(Profiler, _PhaseChart):
+class ProfilePlot(Profiler, FitProgress):
     "The Profiler, drawn live: each training batch's phases stacked, in ms, as means over windows of batches."
     empty_hint = "train with learn.fit(..., cbs=profile_plot) first"
     _own_phase = "plot drawing"  # its own time, drawing, apart from the user's callbacks
@@ -399,29 +393,26 @@ class ProfilePlot(Profiler, _PhaseChart):
                  max_overhead: float = 0.1, mode: str = "auto", figsize: tuple[float, float] = (7.0, 3.5),
                  dpi: int = 80, file=None, clock: Callable[[], float] = time.perf_counter):
         Profiler.__init__(self, cuda_events, clock)
-        _PhaseChart.__init__(self, every_ms, max_overhead, mode, figsize, dpi, file)
+        FitProgress.__init__(self, every_ms, max_overhead, mode, figsize, dpi, file)
         self.columns = check_int("columns", columns, 1)  # at most this many windows across the plot
-        self._total = None  # training batches in the fit, when the loader has a length
-        self._ylim = None
+        self._chart = _PhaseChart(self.columns)
 
     def on_train_begin(self):
         Profiler.on_train_begin(self)
-        _PhaseChart.on_train_begin(self)
+        FitProgress.on_train_begin(self)
 
     def on_batch_end(self):
         Profiler.on_batch_end(self)
-        _PhaseChart.on_batch_end(self)
+        FitProgress.on_batch_end(self)
 
     def on_train_end(self):
         try:
             Profiler.on_train_end(self)  # the handlers first: drawing may fail, restoring them must not wait on it
         finally:
-            _PhaseChart.on_train_end(self)
+            FitProgress.on_train_end(self)
 
     def _begin(self) -> None:
-        per_epoch = loader_len(self.learn.dls.train)
-        self._total = None if per_epoch is None else per_epoch * self.learn.n_epochs
-        self._ylim = None
+        self._chart = _PhaseChart(self.columns)  # each fit finds its own y axis
 
     def _collect(self) -> None:
         self.flush()
@@ -429,95 +420,25 @@ class ProfilePlot(Profiler, _PhaseChart):
     def _ready(self) -> bool:
         return self.n_batches > 0
 
-# %% ../nbs/07d_profiler.ipynb #ac918284
-def _check_trace_folder(folder: Path) -> None:
-    "Refuse a folder that cannot hold a trace: make it, and write and delete a file in it, before the fit starts."
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as e:
-        raise ValueError(f"TorchTrace cannot write its trace into {str(folder)!r} ({e.strerror or e}): pass a folder "
-                         "it can make or write, e.g. TorchTrace('runs/trace')") from None
+    def _artists(self, fig: Figure) -> list:
+        return self._chart.artists(fig, self._total or max(self.n_batches, 16))
 
-def _torch_profiler_running() -> bool:
-    "Whether a torch.profiler session records in this process now."
-    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
-    return bool(enabled is not None and enabled())
+    def _fill(self, fig: Figure, artists: list, grow: bool) -> None:
+        self._chart.fill(fig.axes[0], artists, self, grow)
 
-def _check_no_other_trace() -> None:
-    "Refuse a second torch.profiler session: torch runs one at a time, and two at once can crash the process."
-    if TorchTrace._running is not None:
-        raise ValueError("another TorchTrace is tracing a fit in this process, and torch.profiler runs one session "
-                         "at a time: let that fit end first, or keep one TorchTrace")
-    if _torch_profiler_running():
-        raise ValueError("a torch.profiler session is already recording (a torch.profiler.profile around this fit?), "
-                         "and torch runs one at a time: end it before fit, or leave TorchTrace out")
+    def _status(self) -> str | None:
+        "The batch and the largest phases, as many as fit a terminal's 79 columns (the summary gives them all)."
+        if not self.n_batches:
+            return None
+        text = f"batch {self.n_batches} ·"
+        for part in _largest_shares(self.shares()):
+            if len(text) + len(part) + 2 > 79:
+                break
+            text += (" " if text.endswith("·") else ", ") + part
+        return text
 
-# %% ../nbs/07d_profiler.ipynb #b9b854cc
-class TorchTrace(Callback):
-    "Trace `batches` training batches with torch.profiler, after `skip`; write the trace into `folder` for TensorBoard."
-    unique = True  # one torch.profiler session at a time
-    _running = None  # the TorchTrace whose session is open, in this process
-
-    def __init__(self, folder: str | os.PathLike, skip: int = 2, batches: int = 3):
-        if not isinstance(folder, (str, os.PathLike)):
-            raise TypeError(f"folder must be a path (a str or a pathlib.Path), got {folder!r} of type "
-                            f"{type(folder).__name__}")
-        self.folder = Path(folder)
-        self.skip = check_int("skip", skip, 1)  # the first batch is always slow: one, at least, is skipped
-        self.batches = check_int("batches", batches, 1)
-        self.traces: list[Path] = []  # the files written by the last fit
-        self._torch_profile = None
-        self._late = False  # attached during a fit: it traces from the next one
-
-    def on_train_begin(self):
-        _check_no_other_trace()
-        _check_trace_folder(self.folder)
-        per_epoch = loader_len(self.learn.dls.train)
-        total = None if per_epoch is None else per_epoch * self.learn.n_epochs
-        if total is not None and self.skip >= total:
-            raise ValueError(f"TorchTrace(skip={self.skip}) would skip every batch of this fit ({total} training "
-                             f"batches) and write no trace: pass skip={max(1, total - self.batches)}, or fit longer")
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.learn.engine.device.type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self._before = set(self.folder.glob("*.pt.trace.json"))  # the traces of earlier fits are not this fit's
-        self._seen = 0  # training batches of this fit
-        self._torch_profile = torch.profiler.profile(
-            activities=activities,
-            schedule=torch.profiler.schedule(wait=self.skip - 1, warmup=1, active=self.batches, repeat=1),
-            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.folder)))
-        self._torch_profile.__enter__()
-        TorchTrace._running = self
-
-    def on_batch_end(self):
-        if self._torch_profile is None:
-            self._late = True
-        elif self.learn.training:
-            self._seen += 1
-            self._torch_profile.step()  # the schedule counts training batches
-
-    def on_train_end(self):
-        if self._torch_profile is None:  # on_train_begin never ran, or this callback came during the fit
-            if self._late:
-                self._late = False
-                warnings.warn("TorchTrace was attached during the fit and traced nothing: attach it before fit "
-                              "(fit's cbs, or learn.add_cbs)", stacklevel=2)
-            return
-        try:
-            self._torch_profile.__exit__(None, None, None)
-        finally:
-            self._torch_profile = None
-            TorchTrace._running = None
-        self.traces = sorted(set(self.folder.glob("*.pt.trace.json")) - self._before)
-        self._say_short()
-
-    def _say_short(self) -> None:
-        "Warn where the fit ended before the `batches` traced batches did."
-        traced = min(max(self._seen - self.skip, 0), self.batches)
-        if traced < self.batches:
-            fix = f"pass skip={max(1, self._seen - self.batches)} or less, or fit longer"
-            what = "wrote no trace" if not traced else f"traced {traced} of the {self.batches} batches asked"
-            warnings.warn(f"TorchTrace {what}: the fit ran {self._seen} training batches, and skip={self.skip} "
-                          f"skipped the first {min(self.skip, self._seen)}; {fix}", stacklevel=3)
+    def _summary(self) -> str:
+        if not self.n_batches:
+            return "no training batch (the fit ended before its first one)"
+        each = _duration(float(self.batch_times().mean()))
+        return f"{self.n_batches} batches, {each} each: {', '.join(_largest_shares(self.shares()))}"

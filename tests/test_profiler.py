@@ -323,7 +323,7 @@ def test_a_long_epoch_is_read_as_it_goes(monkeypatch):
 
     class LogLength(Callback):
         def on_batch_begin(self):
-            longest.append(len(prof._ids))
+            longest.append(len(prof._reader.ids))
     prof = Profiler()
     learn.fit(1, cbs=[prof, LogLength()])
     assert prof.n_batches == 32 and max(longest) < 40 + 30  # without the guard: hundreds by the last batch
@@ -332,7 +332,7 @@ def test_a_long_epoch_is_read_as_it_goes(monkeypatch):
 
 def test_torch_trace_writes_a_trace_tensorboard_opens(tmp_path):
     import json
-    from looplab.profiler import TorchTrace
+    from looplab.torch_trace import TorchTrace
     learn = make_learner()
     trace = TorchTrace(tmp_path, skip=3, batches=2)
     prof = Profiler()

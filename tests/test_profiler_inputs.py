@@ -1,6 +1,7 @@
-"""Bad inputs to the profiler (looplab.profiler): each gets a clear error naming the problem and the fix, before the
-fit starts where it can be known then, or the right result. The torch.profiler sessions run in a new process, so that
-a crash (two sessions at once used to end the process with SIGSEGV) fails a test instead of ending pytest."""
+"""Bad inputs to the profiler (looplab.profiler) and to its trace (looplab.torch_trace): each gets a clear error
+naming the problem and the fix, before the fit starts where it can be known then, or the right result. The
+torch.profiler sessions run in a new process, so that a crash (two sessions at once used to end the process with
+SIGSEGV) fails a test instead of ending pytest."""
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,8 @@ import pytest
 import torch
 
 from looplab.callback import Callback, CallbackError
-from looplab.profiler import PHASES, Profiler, ProfilePlot, TorchTrace
+from looplab.profiler import PHASES, Profiler, ProfilePlot
+from looplab.torch_trace import TorchTrace
 
 from helpers import make_dls, make_learner
 from test_profiler import FakeClock, sleeping_learner, stamped
@@ -30,7 +32,7 @@ TRACE_REFUSALS = """
     import tempfile
     import torch
     from looplab.callback import Callback
-    from looplab.profiler import TorchTrace
+    from looplab.torch_trace import TorchTrace
     from helpers import make_learner
     folder = tempfile.mkdtemp()
 

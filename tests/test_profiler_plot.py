@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from looplab.profiler import Profiler, ProfilePlot, _PhaseChart
+from looplab.profiler import Profiler, ProfilePlot, _largest_shares
 from looplab.widgets import Throttle
 
 from helpers import make_learner
@@ -23,7 +23,7 @@ def frames(monkeypatch):
     clock = FakeClock()
     shown = []
     calls = []
-    fill = _PhaseChart._fill
+    fill = ProfilePlot._fill
 
     def due(self):
         calls.append(1)
@@ -36,7 +36,7 @@ def frames(monkeypatch):
                           "median_ms": float(np.median(self.batch_times())) * 1e3})
             clock.sleep(DRAW)
     monkeypatch.setattr(Throttle, "due", due)
-    monkeypatch.setattr(_PhaseChart, "_fill", timed_fill)
+    monkeypatch.setattr(ProfilePlot, "_fill", timed_fill)
     return clock, shown
 
 
@@ -126,7 +126,7 @@ def test_in_a_terminal_the_progress_line_fits_80_columns_and_the_summary_wraps(m
     summary_lines = written[written.index("ProfilePlot:"):].rstrip("\n").split("\n")
     assert all(len(line) <= 80 for line in summary_lines)
     summary = " ".join(line.strip() for line in summary_lines)
-    assert "…" not in summary and all(part in summary for part in plot._shares())  # every phase, nothing cut
+    assert "…" not in summary and all(part in summary for part in _largest_shares(plot.shares()))  # every phase, nothing cut
 
 
 def test_in_a_notebook_it_shows_the_progress_bar_that_ends_full(monkeypatch, capsys):
