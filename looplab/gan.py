@@ -451,7 +451,7 @@ def gan_learner(generator: nn.Module, critic: nn.Module, dls, preset: str = "sta
 
 # %% ../nbs/10_gan.ipynb #c853fe02
 def ring_learner(preset: str = "standard", n: int = 1024, seed: int = 0, progress: bool = False, **kwargs) -> Learner:
-    "`gan_learner` on `n` points of the ring of 8 Gaussians (std 0.1), with two `ring_mlp`s, seeded; quiet unless `progress`."
+    "`gan_learner` on `n` points of the ring of 8 Gaussians (std 0.1), two `ring_mlp`s, seeded; quiet unless `progress`."
     set_seed(seed)
     real, _ = make_rings(check_int("n", n, 1), std=0.1, seed=seed)
     dls = DataLoaders.from_tensors(real, torch.zeros(len(real)), bs=64, valid_pct=0.0)

@@ -13,8 +13,9 @@ from torch import nn
 from looplab.callback import Callback, CallbackError
 from looplab.data import DataLoaders, make_rings, set_seed
 from looplab.engine import AMPEngine
-from looplab.gan import (AdaptiveGANSwitcher, FixedGANSwitcher, GANLoss, GANModule, GANTrainer, gan_learner,
-                         mode_shares, ring_learner, ring_mlp, ring_scatter, samples, wgan_crit_loss, wgan_gen_loss)
+from looplab.gan import (AdaptiveGANSwitcher, FixedGANSwitcher, GANLoss, GANModule, GANProgress, GANTrainer,
+                         gan_learner, mode_shares, ring_learner, ring_mlp, ring_scatter, samples, wgan_crit_loss,
+                         wgan_gen_loss)
 from looplab.gan_images import DCGANTrainer, GANColumns, GANPlot, digit_grid
 from looplab.learner import Learner
 from looplab.widgets import LivePlotWarning, Throttle
@@ -154,7 +155,7 @@ def test_ring_learner_is_gan_learner_on_the_seeded_ring_quiet_unless_asked():
     assert torch.equal(learn.dls.train.dataset.tensors[0], dls.train.dataset.tensors[0])
     assert learn.progress not in learn.cbs  # quiet: no progress table
     loud = ring_learner(n=256, progress=True)
-    assert loud.progress in loud.cbs
+    assert loud.progress in loud.cbs and isinstance(loud.progress, GANProgress)  # the GAN's table
     wgan = ring_learner("wgan", n=256, lr=1e-4)
     assert wgan.lr == 1e-4 and isinstance(wgan.opts["critic"], torch.optim.RMSprop)
     with pytest.raises(ValueError, match="n must be an int >= 1, got 0"):
@@ -348,8 +349,7 @@ def test_validation_never_crashes_and_changes_nothing_in_training(preset, mode, 
 
 def test_columns_are_printed_and_each_is_the_epochs_mean():
     import io
-    learn = ring_learner(n=1024, cbs=[GANColumns()])
-    learn.add_cbs(learn.progress)
+    learn = ring_learner(n=1024, cbs=[GANColumns()], progress=True)  # the GAN's progress table
     learn.progress.file = io.StringIO()
     learn.fit(1)
     header, row_line = learn.progress.file.getvalue().splitlines()[:2]
