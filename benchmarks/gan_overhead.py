@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from looplab.data import DataLoaders, make_rings
-from looplab.gan import gan_learner
+from looplab.gan import gan_learner, ring_mlp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import dcgan as looplab_port  # noqa: E402  (the examples are scripts, not a package)
@@ -57,9 +57,7 @@ def ring_batches(n_batches: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 def ring_networks() -> tuple[nn.Module, nn.Module]:
     "Notebook 10's generator (2 -> 2) and critic (2 -> 1): MLPs with two hidden layers of 128, from seed 0."
     torch.manual_seed(0)
-    mlp = lambda n_in, n_out: nn.Sequential(nn.Linear(n_in, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
-                                            nn.Linear(128, n_out))
-    return mlp(2, 2), mlp(2, 1)
+    return ring_mlp(2, 2), ring_mlp(2, 1)
 
 
 def looplab_ring_gan(batches) -> tuple[list[torch.Tensor], float]:

@@ -5,6 +5,7 @@
 # %% ../nbs/10_gan.ipynb #bf38de40
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Callable
 
@@ -14,15 +15,33 @@ import torch.nn.functional as F
 
 from .callback import Callback
 from .checks import check_int, check_number
+from .data import DataLoaders, make_rings, set_seed
 from .files import rng_state, set_rng_state
-from .gan_panels import GANAxes, GANPanels, draw_gan_panels  # drawn in 10_draw_gan; importable here too
 from .learner import Learner
 from .recorder import ProgressCallback
 
 # %% auto #0
-__all__ = ['LOGIT_LOSSES', 'GAN_PRESETS', 'ring_scatter', 'GANModule', 'nonsaturating_gen_loss', 'bce_crit_loss', 'wgan_gen_loss',
-           'wgan_crit_loss', 'GANLoss', 'gan_opts', 'clamp_weights', 'gan_split_batch', 'check_noise_size', 'GANFeeder',
-           'GANTrainer', 'FixedGANSwitcher', 'AdaptiveGANSwitcher', 'GANProgress', 'gan_learner']
+__all__ = ['LOGIT_LOSSES', 'GAN_PRESETS', 'ring_mlp', 'samples', 'mode_shares', 'ring_scatter', 'GANModule',
+           'nonsaturating_gen_loss', 'bce_crit_loss', 'wgan_gen_loss', 'wgan_crit_loss', 'GANLoss', 'gan_opts',
+           'clamp_weights', 'gan_split_batch', 'check_noise_size', 'GANFeeder', 'GANTrainer', 'FixedGANSwitcher',
+           'AdaptiveGANSwitcher', 'GANProgress', 'gan_learner', 'ring_learner']
+
+# %% ../nbs/10_gan.ipynb #9ebd7ddf
+def ring_mlp(n_in: int, n_out: int, hidden: int = 128) -> nn.Sequential:
+    "Two hidden ReLU layers of `hidden` units: the ring's generator (2 -> 2) and critic (2 -> 1)."
+    return nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_out))
+
+def samples(generator: nn.Module, n: int = 1000, seed: int = 1) -> torch.Tensor:
+    "The generator's output on `n` fixed noise vectors."
+    with torch.no_grad():
+        return generator(torch.randn(n, 2, generator=torch.Generator().manual_seed(seed)))
+
+def mode_shares(generator: nn.Module, std: float = 0.1, radius: float = 2.0, n_modes: int = 8) -> torch.Tensor:
+    "The share of 1,000 samples within 3 std of each of the ring's modes, counterclockwise from (radius, 0)."
+    angles = torch.arange(check_int("n_modes", n_modes, 1)) * 2 * math.pi / n_modes
+    centres = torch.stack([angles.cos(), angles.sin()], 1) * check_number("radius", radius, 0, low_open=True)
+    near = torch.cdist(samples(generator), centres) < 3 * check_number("std", std, 0, low_open=True)
+    return near.float().mean(0)
 
 # %% ../nbs/10_gan.ipynb #b19f4595
 def ring_scatter(real: torch.Tensor) -> Callable:
@@ -381,7 +400,6 @@ def _rmsprop(params, lr: float) -> torch.optim.Optimizer:
     "RMSprop without momentum, as WGAN trains: its authors found momentum unstable with a clipped critic."
     return torch.optim.RMSprop(params, lr=lr)
 
-# %% ../nbs/10_gan.ipynb #2bc51d33
 GAN_PRESETS = {
     "standard": {"gen_loss_func": nonsaturating_gen_loss, "crit_loss_func": bce_crit_loss, "n_crit": 1, "n_gen": 1,
                  "clip": None, "opt_func": _adam, "lr": 1e-3},
@@ -389,7 +407,6 @@ GAN_PRESETS = {
              "clip": 0.01, "opt_func": _rmsprop, "lr": 5e-5},
 }
 
-# %% ../nbs/10_gan.ipynb #e9e56dea
 class GANProgress(ProgressCallback):
     "A GAN's progress table: `valid_loss` only with validation data, `train_loss` only without a `gen_loss` column."
     def _columns(self) -> list[str]:
@@ -431,3 +448,11 @@ def gan_learner(generator: nn.Module, critic: nn.Module, dls, preset: str = "sta
     learn.opts = gan_opts(model, opt_func, learn.lr)  # named before fit, so that a checkpoint can be loaded first
     learn.opt = learn.opts["critic" if trainer_cls.alternates else "generator"]
     return learn
+
+# %% ../nbs/10_gan.ipynb #c853fe02
+def ring_learner(preset: str = "standard", n: int = 1024, seed: int = 0, progress: bool = False, **kwargs) -> Learner:
+    "`gan_learner` on `n` points of the ring of 8 Gaussians (std 0.1), two `ring_mlp`s, seeded; quiet unless `progress`."
+    set_seed(seed)
+    real, _ = make_rings(check_int("n", n, 1), std=0.1, seed=seed)
+    dls = DataLoaders.from_tensors(real, torch.zeros(len(real)), bs=64, valid_pct=0.0)
+    return gan_learner(ring_mlp(2, 2), ring_mlp(2, 1), dls, preset=preset, progress=progress, **kwargs)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from .callback import Callback
 from .checks import check_int
 from .gan import GANFeeder, GANTrainer, _trainer, clamp_weights
-from .gan_panels import GANAxes
+from .gan_panels import GANAxes, draw_gan_panels
 from .data import loader_len
 from .loss_plot import FitProgress
 from .recorder import _over_ranks
@@ -223,9 +223,7 @@ class GANPlot(FitProgress):
         "The two panels now, on a figure of their own."
         self._check_ready()
         fig = self._figure()
-        panels = GANAxes(fig)
-        panels.show_losses(self.trainer)
-        panels.show_samples(self.samples(), self.show_samples, self.learn.n_iter)
+        draw_gan_panels(fig, self.trainer, self.samples(), self.show_samples, self.learn.n_iter)
         return fig
 
     def _figures(self) -> list[str]:

@@ -356,14 +356,12 @@ def _per_group(lr, build: Callable[[float], Callable[[float], float]]):
     return build(lr)
 
 # %% ../nbs/06_schedules.ipynb #2bd9a665
+from .data import loader_len
+
 def _planned_steps(learn, n_epochs: int, cbs) -> int:
     "Optimizer steps of `learn.fit(n_epochs, cbs=cbs)`, known before it starts (needs len(dls.train))."
-    try:
-        n_batches = len(learn.dls.train)
-    except TypeError:
-        raise ValueError("fit_one_cycle, fit_sgdr and fit_flat_cos plan by steps: dls.train needs a len()") from None
-    n = n_batches
-    for cb in [*learn.cbs, *cbs]:
+    n = steps_per_epoch(learn, loader_len(learn.dls.train))  # as the learner's callbacks group them, then the fit's
+    for cb in cbs:
         if hasattr(cb, "steps_per_epoch"):
             n = cb.steps_per_epoch(n)
     return n_epochs * n

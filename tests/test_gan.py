@@ -13,8 +13,9 @@ from torch import nn
 from looplab.callback import Callback, CallbackError
 from looplab.data import DataLoaders, make_rings, set_seed
 from looplab.engine import AMPEngine
-from looplab.gan import (AdaptiveGANSwitcher, FixedGANSwitcher, GANLoss, GANModule, GANTrainer, gan_learner,
-                         ring_scatter, wgan_crit_loss, wgan_gen_loss)
+from looplab.gan import (AdaptiveGANSwitcher, FixedGANSwitcher, GANLoss, GANModule, GANProgress, GANTrainer,
+                         gan_learner, mode_shares, ring_learner, ring_mlp, ring_scatter, samples, wgan_crit_loss,
+                         wgan_gen_loss)
 from looplab.gan_images import DCGANTrainer, GANColumns, GANPlot, digit_grid
 from looplab.learner import Learner
 from looplab.widgets import LivePlotWarning, Throttle
@@ -24,19 +25,9 @@ from helpers import PNG, run_worker
 WORKER = Path(__file__).with_name("gan_worker.py")
 
 
-def mlp(n_in, n_out, hidden=128):
-    return nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                         nn.Linear(hidden, n_out))
-
-
-def ring_learner(preset="standard", switcher=None, cbs=None, engine=None, n=4096, seed=0, critic=None, **kwargs):
-    set_seed(seed)
-    real, _ = make_rings(n, std=0.1, seed=seed)
-    dls = DataLoaders.from_tensors(real, torch.zeros(len(real)), bs=64, valid_pct=0.0)
-    learn = gan_learner(mlp(2, 2), critic or mlp(2, 1), dls, preset=preset, switcher=switcher, cbs=cbs, engine=engine,
-                        **kwargs)
-    learn.remove_cbs(learn.progress)
-    return learn
+def with_critic(critic, preset="standard"):
+    "The ring's GAN of `preset` on 256 points, with `critic` in place of the ring's critic."
+    return gan_learner(ring_mlp(2, 2), critic, ring_learner(n=256).dls, preset=preset, progress=False)
 
 
 class Snap(Callback):
@@ -115,21 +106,70 @@ def test_each_preset_brings_its_optimizer_and_an_explicit_one_wins():
     assert all(type(opt) is torch.optim.SGD and opt.defaults["lr"] == 0.1 for opt in sgd.opts.values())
 
 
-def modes_covered(generator, n=1000, std=0.1, radius=2.0, n_modes=8, seed=1):
-    with torch.no_grad():
-        fakes = generator(torch.randn(n, 2, generator=torch.Generator().manual_seed(seed)))
-    angles = torch.arange(n_modes) * 2 * math.pi / n_modes
-    centres = torch.stack([angles.cos(), angles.sin()], 1) * radius
-    share = (torch.cdist(fakes, centres) < 3 * std).float().mean(0)
-    return int((share >= 0.02).sum())
+def at_first_modes(noise):
+    "A generator without weights: sample k at mode k % 4 of the ring (E, NE, N, NW), exactly."
+    angles = (torch.arange(len(noise)) % 4) * (math.pi / 4)
+    return torch.stack([angles.cos(), angles.sin()], 1) * 2.0
+
+
+def off_east(noise):
+    "Every sample at (2.25, 0): 0.25 from the first mode."
+    return torch.tensor([[2.25, 0.0]]).expand(len(noise), 2)
+
+
+def test_mode_shares_is_the_share_of_samples_within_3_std_of_each_mode():
+    assert mode_shares(at_first_modes).tolist() == [0.25] * 4 + [0.0] * 4
+    assert mode_shares(at_first_modes, n_modes=4).tolist() == [0.25, 0.25, 0.0, 0.0]  # E, N, W, S
+    assert mode_shares(off_east)[0] == 1.0 and mode_shares(off_east, std=0.05)[0] == 0.0  # 0.25 is within 0.3, not 0.15
+    assert mode_shares(off_east, radius=2.25, std=0.01).tolist() == [1.0] + [0.0] * 7
+
+
+def test_samples_are_the_generators_output_on_fixed_noise_without_gradient():
+    set_seed(0)
+    generator = ring_mlp(2, 2)
+    first = samples(generator, 100)
+    assert torch.equal(first, samples(generator, 100)) and not torch.equal(first, samples(generator, 100, seed=2))
+    assert first.shape == (100, 2) and not first.requires_grad
+
+
+@pytest.mark.parametrize("bad,error,message", [
+    (dict(std=0), ValueError, "std must be a number > 0, got 0"),
+    (dict(std=float("nan")), ValueError, "std must be a finite number"),
+    (dict(std="0.1"), TypeError, "std must be a number, got '0.1'"),
+    (dict(radius=-2.0), ValueError, "radius must be a number > 0, got -2.0"),
+    (dict(n_modes=0), ValueError, "n_modes must be an int >= 1, got 0"),
+    (dict(n_modes=8.0), TypeError, "n_modes must be an int, got 8.0"),
+])
+def test_mode_shares_refuses_a_ring_it_cannot_measure(bad, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        mode_shares(at_first_modes, **bad)
+
+
+def test_ring_learner_is_gan_learner_on_the_seeded_ring_quiet_unless_asked():
+    set_seed(3)
+    real, _ = make_rings(256, std=0.1, seed=3)
+    dls = DataLoaders.from_tensors(real, torch.zeros(len(real)), bs=64, valid_pct=0.0)
+    by_hand = gan_learner(ring_mlp(2, 2), ring_mlp(2, 1), dls)
+    learn = ring_learner(n=256, seed=3)
+    assert all(torch.equal(p, q) for p, q in zip(learn.model.parameters(), by_hand.model.parameters()))
+    assert torch.equal(learn.dls.train.dataset.tensors[0], dls.train.dataset.tensors[0])
+    assert learn.progress not in learn.cbs  # quiet: no progress table
+    loud = ring_learner(n=256, progress=True)
+    assert loud.progress in loud.cbs and isinstance(loud.progress, GANProgress)  # the GAN's table
+    wgan = ring_learner("wgan", n=256, lr=1e-4)
+    assert wgan.lr == 1e-4 and isinstance(wgan.opts["critic"], torch.optim.RMSprop)
+    with pytest.raises(ValueError, match="n must be an int >= 1, got 0"):
+        ring_learner(n=0)
+    with pytest.raises(TypeError, match="n must be an int, got 2.5"):
+        ring_learner(n=2.5)
 
 
 def test_seeded_ring_run_covers_at_least_6_of_8_modes_in_seconds():
-    learn = ring_learner()
+    learn = ring_learner(n=4096)
     start = time.perf_counter()
     learn.fit(30)
     seconds = time.perf_counter() - start
-    covered = modes_covered(learn.model.generator)
+    covered = int((mode_shares(learn.model.generator) >= 0.02).sum())
     assert covered >= 6, f"{covered} modes covered"
     assert learn.model.gen_mode
     print(f"{covered} modes in {seconds:.1f}s")
@@ -158,7 +198,7 @@ def test_bad_input_is_a_clear_error():
     learn = ring_learner(switcher=FixedGANSwitcher(1, lambda n_c: 1.0), n=256)
     with pytest.raises(CallbackError, match=r"n_gen\(\d+\) must be an int, got 1.0 of type float"):
         learn.fit(1)
-    learn = ring_learner(critic=nn.Linear(2, 3), n=256)
+    learn = with_critic(nn.Linear(2, 3))
     with pytest.raises(ValueError, match=r"one score per item.*\(64, 3\)"):
         learn.fit(1)
     dls = DataLoaders.from_tensors(torch.randn(64, 2), torch.zeros(64), bs=32, valid_pct=0.0)
@@ -166,11 +206,11 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(CallbackError, match="GANTrainer trains a looplab.gan.GANModule.*got Linear"):
         plain.fit(1)
     with pytest.raises(ValueError, match=r"preset must be one of \['standard', 'wgan'\], got 'dcgan'"):
-        gan_learner(mlp(2, 2), mlp(2, 1), dls, preset="dcgan")
+        gan_learner(ring_mlp(2, 2), ring_mlp(2, 1), dls, preset="dcgan")
     with pytest.raises(TypeError, match="trainer_cls must be GANTrainer or a subclass of it"):
-        gan_learner(mlp(2, 2), mlp(2, 1), dls, trainer_cls="dcgan")
+        gan_learner(ring_mlp(2, 2), ring_mlp(2, 1), dls, trainer_cls="dcgan")
     with pytest.raises(ValueError, match="DCGANTrainer trains the critic and then the generator.*nothing to switch"):
-        gan_learner(mlp(2, 2), mlp(2, 1), dls, trainer_cls=DCGANTrainer, switcher=FixedGANSwitcher())
+        gan_learner(ring_mlp(2, 2), ring_mlp(2, 1), dls, trainer_cls=DCGANTrainer, switcher=FixedGANSwitcher())
     with pytest.raises(ValueError, match="clip must be a number > 0, got -0.01"):
         GANTrainer(clip=-0.01)
     with pytest.raises(TypeError, match="clip must be a number or None"):
@@ -295,7 +335,7 @@ def test_validation_never_crashes_and_changes_nothing_in_training(preset, mode, 
     runs = []
     for valid in (list(dls.valid), None):  # a list: iterating a torch DataLoader draws a global random number
         set_seed(1)
-        learn = gan_learner(mlp(2, 2), mlp(2, 1), DataLoaders(dls.train, valid), preset=preset,
+        learn = gan_learner(ring_mlp(2, 2), ring_mlp(2, 1), DataLoaders(dls.train, valid), preset=preset,
                             trainer_cls=TRAINERS[mode])
         gan_trainer(learn).gen_first = gen_first
         learn.remove_cbs(learn.progress)
@@ -309,8 +349,7 @@ def test_validation_never_crashes_and_changes_nothing_in_training(preset, mode, 
 
 def test_columns_are_printed_and_each_is_the_epochs_mean():
     import io
-    learn = ring_learner(n=1024, cbs=[GANColumns()])
-    learn.add_cbs(learn.progress)
+    learn = ring_learner(n=1024, cbs=[GANColumns()], progress=True)  # the GAN's progress table
     learn.progress.file = io.StringIO()
     learn.fit(1)
     header, row_line = learn.progress.file.getvalue().splitlines()[:2]
@@ -328,7 +367,7 @@ def test_unlabelled_batches_need_no_dummy_labels(form):
     make = {"tensor": lambda x: x, "1-tuple": lambda x: (x,), "list": lambda x: [x],
             "pair": lambda x: (x, torch.zeros(len(x)))}[form]
     batches = [make(real[i:i + 64]) for i in range(0, 256, 64)]
-    learn = gan_learner(mlp(2, 2), mlp(2, 1), DataLoaders(batches, batches[:1]), trainer_cls=DCGANTrainer)
+    learn = gan_learner(ring_mlp(2, 2), ring_mlp(2, 1), DataLoaders(batches, batches[:1]), trainer_cls=DCGANTrainer)
     learn.remove_cbs(learn.progress)
     learn.fit(1)
     assert math.isfinite(learn.recorder.values[-1]["valid_loss"])
@@ -338,7 +377,7 @@ def test_dcgan_mode_under_amp_bfloat16_runs():
     set_seed(0)
     real, _ = make_rings(512, std=0.1, seed=0)
     dls = DataLoaders.from_tensors(real, torch.zeros(len(real)), bs=64, valid_pct=0.0)
-    learn = gan_learner(mlp(2, 2), mlp(2, 1), dls, trainer_cls=DCGANTrainer,
+    learn = gan_learner(ring_mlp(2, 2), ring_mlp(2, 1), dls, trainer_cls=DCGANTrainer,
                         engine=AMPEngine(torch.bfloat16, device="cpu"))
     learn.remove_cbs(learn.progress)
     learn.fit(2)
@@ -352,14 +391,14 @@ def conv_generator(nz):
 
 
 @pytest.mark.parametrize("generator,noise_size,wanted", [
-    (mlp(8, 2), 2, "noise_size=8"),
-    (mlp(8, 2), (8, 1, 1), "noise_size=8"),
+    (ring_mlp(8, 2), 2, "noise_size=8"),
+    (ring_mlp(8, 2), (8, 1, 1), "noise_size=8"),
     (conv_generator(16), 16, "noise_size=(16, 1, 1)"),
     (conv_generator(16), (8, 1, 1), "noise_size=(16, 1, 1)"),
 ])
 def test_a_noise_size_that_does_not_fit_the_generator_is_named(generator, noise_size, wanted):
     images = torch.randn(128, 1, 8, 8)
-    critic = nn.Sequential(nn.Flatten(), nn.Linear(64, 1)) if isinstance(generator[0], nn.ConvTranspose2d) else mlp(2, 1)
+    critic = nn.Sequential(nn.Flatten(), nn.Linear(64, 1)) if isinstance(generator[0], nn.ConvTranspose2d) else ring_mlp(2, 1)
     data = images if isinstance(generator[0], nn.ConvTranspose2d) else torch.randn(128, 2)
     learn = gan_learner(generator, critic, DataLoaders([(data[:64],), (data[64:],)]), noise_size=noise_size)
     learn.remove_cbs(learn.progress)
@@ -384,10 +423,10 @@ def test_a_critic_with_more_than_one_score_per_item_names_the_shape_and_both_fix
 
 
 def test_a_sigmoid_ended_critic_is_refused_before_the_first_batch_with_the_fix():
-    learn = ring_learner(critic=nn.Sequential(mlp(2, 1), nn.Sigmoid()), n=256)
+    learn = with_critic(nn.Sequential(ring_mlp(2, 1), nn.Sigmoid()))
     with pytest.raises(CallbackError, match="ends in nn.Sigmoid.*bce_crit_loss wants logits.*remove the critic's final"):
         learn.fit(1)
-    wgan = ring_learner("wgan", critic=nn.Sequential(mlp(2, 1), nn.Sigmoid()), n=256)
+    wgan = with_critic(nn.Sequential(ring_mlp(2, 1), nn.Sigmoid()), "wgan")
     wgan.fit(1)  # WGAN's losses take any score: a sigmoid there is odd, not wrong
 
 
