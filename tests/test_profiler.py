@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from looplab.callback import Callback, CancelFitException, CancelStepException
+from looplab.checks import FakeClock
 from looplab.data import DataLoaders, set_seed
 from looplab.distributed import launch
 from looplab.engines import DistributedDataParallelEngine
@@ -26,18 +27,6 @@ from looplab.widgets import LivePlotWarning, Throttle
 from helpers import StopAt, make_dls, make_learner
 
 torch.set_num_threads(1)
-
-
-class FakeClock:
-    "A clock that moves only when told: `sleep(seconds)` moves it, nothing else does."
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Sleepy(nn.Module):

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from looplab.checks import FakeClock
 from looplab.callback import Callback, CallbackError
 from looplab.profiler import PHASES, Profiler, ProfilePlot
 from looplab.torch_trace import TorchTrace
 
 from helpers import make_dls, make_learner
-from test_profiler import FakeClock, sleeping_learner, stamped
+from test_profiler import sleeping_learner, stamped
 
 TESTS = Path(__file__).parent
 

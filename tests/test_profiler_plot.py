@@ -8,11 +8,12 @@ import math
 import numpy as np
 import pytest
 
+from looplab.checks import FakeClock
 from looplab.profiler import Profiler, ProfilePlot, _largest_shares
 from looplab.widgets import Throttle
 
 from helpers import make_learner
-from test_profiler import FakeClock, sleeping_learner
+from test_profiler import sleeping_learner
 
 DRAW = 0.05  # seconds a frame takes on the fake clock: 25 typical batches
 

@@ -6,28 +6,20 @@ import warnings
 import pytest
 
 import looplab.widgets as widgets
+from looplab.checks import FakeClock
 from looplab.loss_plot import LossPlot
 from looplab.widgets import LivePlotWarning, Throttle
 
 from helpers import make_learner
 
 
-class Clock:
-    "A clock that moves only when told to."
-    def __init__(self, now: float = 0.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def frames(throttle: Throttle, clock: Clock, seconds: float, batch: float, cost) -> list[float]:
+def frames(throttle: Throttle, clock: FakeClock, seconds: float, batch: float, cost) -> list[float]:
     "Run a fit of `seconds` in batches of `batch` s, drawing whenever due; `cost(i)` is the i-th draw's seconds."
     throttle.start()
     return frames_from_now(throttle, clock, seconds, batch, cost)
 
 
-def frames_from_now(throttle: Throttle, clock: Clock, seconds: float, batch: float, cost) -> list[float]:
+def frames_from_now(throttle: Throttle, clock: FakeClock, seconds: float, batch: float, cost) -> list[float]:
     "`frames` on a throttle already started."
     drawn = []
     end = clock.now + seconds
@@ -44,21 +36,21 @@ def frames_from_now(throttle: Throttle, clock: Clock, seconds: float, batch: flo
 # --- the throttle ---------------------------------------------------------------------------------------------
 
 def test_the_first_frame_comes_one_interval_after_start_or_at_the_first_batch_after():
-    clock = Clock(100.0)
+    clock = FakeClock(100.0)
     throttle = Throttle(every_ms=250, max_overhead=0.1, clock=clock)
     throttle.start()
     clock.now = 100.249
     assert not throttle.due()
     clock.now = 100.25
     assert throttle.due()
-    slow = Clock(0.0)
+    slow = FakeClock(0.0)
     drawn = frames(Throttle(clock=slow), slow, seconds=2.0, batch=0.7, cost=lambda i: 0.01)
     assert drawn[0] == pytest.approx(0.7)  # a first batch slower than the interval: drawn right after it
 
 
 @pytest.mark.parametrize("cold", [0.05, 1.0, 3.0])
 def test_a_cold_first_draw_is_charged_but_the_second_frame_comes_on_time(cold):
-    clock = Clock()
+    clock = FakeClock()
     throttle = Throttle(every_ms=250, max_overhead=0.1, clock=clock)
     drawn = frames(throttle, clock, seconds=cold / 0.1 + 3.0, batch=0.01, cost=lambda i: cold if i == 0 else 0.01)
     # the second frame comes one interval after the first one ended, however long that took
@@ -72,7 +64,7 @@ def test_a_cold_first_draw_is_charged_but_the_second_frame_comes_on_time(cold):
 @pytest.mark.parametrize("seconds, at_least", [(1.0, 2), (3.0, 6)])
 @pytest.mark.parametrize("max_overhead", [0.1, 0.15])  # the default budget, or a larger one
 def test_a_fit_shows_frames_while_it_trains_with_everything_charged(seconds, at_least, max_overhead):
-    clock = Clock()
+    clock = FakeClock()
     throttle = Throttle(every_ms=250, max_overhead=max_overhead, clock=clock)
     throttle.start()
     throttle.charge(0.05)  # opening the figure
@@ -86,7 +78,7 @@ def test_a_fit_shows_frames_while_it_trains_with_everything_charged(seconds, at_
 @pytest.mark.parametrize("cost", [0.005, 0.03, 0.1, 0.4])
 @pytest.mark.parametrize("max_overhead", [0.05, 0.1, 0.15])
 def test_drawing_stays_within_the_share(cost, max_overhead):
-    clock = Clock()
+    clock = FakeClock()
     throttle = Throttle(every_ms=100, max_overhead=max_overhead, clock=clock)
     drawn = frames(throttle, clock, seconds=60.0, batch=0.003, cost=lambda i: cost)
     assert throttle.spent == pytest.approx(len(drawn) * cost)  # every frame, the first ones too
@@ -95,7 +87,7 @@ def test_drawing_stays_within_the_share(cost, max_overhead):
 
 
 def test_work_without_start_budgets_from_the_first_work():
-    clock = Clock(5.0)
+    clock = FakeClock(5.0)
     throttle = Throttle(every_ms=100, max_overhead=0.1, clock=clock)
     assert throttle.due()
     clock.now = 5.2
@@ -104,7 +96,7 @@ def test_work_without_start_budgets_from_the_first_work():
 
 
 def test_charges_of_plots_that_share_a_budget_add_up():
-    clock = Clock()
+    clock = FakeClock()
     first = Throttle(every_ms=250, max_overhead=0.1, clock=clock)
     second = Throttle(every_ms=250, max_overhead=0.1, clock=clock)
     first.start()
