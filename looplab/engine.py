@@ -16,9 +16,8 @@ from torch import nn
 from .files import writable_path, atomic_save, read_checkpoint, write_checkpoint
 
 # %% auto #0
-__all__ = ['RECOMPILES_WARNED', 'available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'needs_closure',
-           'step_closure', 'closure_refusal', 'move_optimizer_state', 'check_autocast', 'AMPEngine', 'RecompileWarning',
-           'WatchedBackend', 'check_compile_options', 'compile_model']
+__all__ = ['available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'needs_closure', 'step_closure',
+           'closure_refusal', 'move_optimizer_state', 'check_autocast', 'AMPEngine']
 
 # %% ../nbs/04_engine.ipynb #eff92b36
 def available_devices() -> list[str]:
@@ -370,96 +369,3 @@ class AMPEngine(DeviceEngine):
 
     def __repr__(self) -> str:
         return f"AMPEngine(dtype={self.dtype}, device={str(self.device)!r})"
-
-# %% ../nbs/04_engine.ipynb #c0a1e002
-_COMPILE_ARGS = ("fullgraph", "dynamic", "backend", "mode", "options", "disable", "recompile_limit")
-RECOMPILES_WARNED = 6  # recompiles of one frame for a changed value (not a new shape or mode): dynamo stops at 8
-_BOUNDED = ("size mismatch", "stride mismatch", "requires_grad mismatch", "dtype mismatch", "GLOBAL_STATE changed")
-
-class RecompileWarning(UserWarning):
-    "One frame of a compiled model compiled again and again: a value its guards check changes at every batch."
-
-def _entry(reason: str) -> int:
-    "The cache entry a guard-failure reason is about: 3 for '0/3: len(...) == 7'; -1 if it does not say."
-    head = reason.split(":")[0].split("/")[-1]
-    return int(head) if head.isdigit() else -1
-
-class WatchedBackend:
-    "torch.compile's backend (`mode` and `options` bound as torch binds them) that warns when a frame keeps recompiling."
-    def __init__(self, backend="inductor", mode: str | None = None, options: dict | None = None, dynamic=None):
-        if backend == "inductor":
-            self.backend = torch._TorchCompileInductorWrapper(mode, options, dynamic)
-        elif mode is not None or options is not None:
-            self.backend = torch._TorchCompileWrapper(backend, mode, options, dynamic)
-        else:
-            self.backend = torch._dynamo.lookup_backend(backend)
-        self.compiles = {}  # graphs compiled per frame (a function dynamo runs)
-        self.recompiles = {}  # per frame: compiles again because a value its guards checked changed
-        self.warned = set()  # the frames already named in a warning
-        self.last = None  # (model, its compiled wrapper): what compile_model made last, for the next fit to reuse
-
-    def __call__(self, gm, example_inputs):
-        context = torch._guards.TracingContext.try_get()
-        code = getattr(context, "traced_code", None) and context.traced_code[0]  # the frame dynamo compiles
-        self.compiles[code] = self.compiles.get(code, 0) + 1
-        reasons = torch._dynamo.utils.guard_failures.get(code, [])  # why each earlier compile of it no longer fits
-        if reasons and not any(kind in reasons[-1] for kind in _BOUNDED):
-            self.recompiles[code] = self.recompiles.get(code, 0) + 1
-        limit = getattr(torch._dynamo.config, "recompile_limit", None) or torch._dynamo.config.cache_size_limit
-        again = self.recompiles.get(code, 0) >= RECOMPILES_WARNED or self.compiles[code] >= limit
-        if again and code is not None and code not in self.warned:
-            import warnings  # here: the first read's imports above stay as they were
-            self.warned.add(code)
-            newest = max(reasons, key=_entry, default="not recorded")  # the newest compile's reason tells the most
-            own = "/torch/" not in code.co_filename.replace("\\", "/")  # else: torch's entry into the forward
-            frame = f"{code.co_name}, {code.co_filename}:{code.co_firstlineno}" if own else "its forward"
-            warnings.warn(f"a frame of the compiled model ({frame}) compiled {self.compiles[code]} times, "
-                          f"{self.recompiles.get(code, 0)} of them because a value its guards check changed: if "
-                          "that happens every batch, each batch pays a compile, and from recompile_limit "
-                          f"({limit}) on the frame runs eagerly. Keep such state out of the forward and its hooks "
-                          "(a callback's hook is named below, if it is the cause), or in tensors. Dynamo's reason, "
-                          f"with the line it checked:\n{newest}", RecompileWarning, stacklevel=2)
-        return self.backend(gm, example_inputs)
-
-    def __getattr__(self, name: str):
-        return getattr(self.__dict__["backend"], name)  # get_compiler_config, reset: what dynamo asks a backend
-
-def check_compile_options(engine, options: dict) -> dict:
-    "`torch.compile`'s `options` with the backend built once (a `WatchedBackend`); refused if `engine` cannot compile."
-    unknown = sorted(set(options) - set(_COMPILE_ARGS))
-    if unknown:
-        raise TypeError(f"learn.compile() takes torch.compile's arguments ({', '.join(_COMPILE_ARGS)}), "
-                        f"not {', '.join(unknown)}")
-    because = getattr(engine, "no_compile_because", None)
-    if because:
-        raise ValueError(f"learn.compile() under {type(engine).__name__}: {because}")
-    options = dict(options)
-    try:
-        backend = WatchedBackend(options.pop("backend", "inductor"), options.pop("mode", None),
-                                 options.pop("options", None), options.get("dynamic"))
-        torch.compile(nn.Identity(), backend=backend, **options)  # torch checks the rest now; it compiles at a call
-    except Exception as e:
-        raise ValueError(f"torch.compile refused these arguments: {e}") from e
-    return {"backend": backend, **options}
-
-# %% ../nbs/04_engine.ipynb #c0a1e003
-_ISOLATES = "isolate_recompiles" in inspect.signature(torch.compile).parameters  # torch 2.13 on
-
-def compile_model(model: nn.Module, options: dict | None, engine) -> nn.Module:
-    "`model` as `engine.init_components` made it, inside `torch.compile(**options)`; itself for `options` None."
-    inner = model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
-    if isinstance(inner, torch._dynamo.eval_frame.OptimizedModule):
-        raise ValueError("the learner's model is torch.compile's wrapper (its keys start with _orig_mod.): give "
-                         "the Learner the model itself and call learn.compile(...) with the same arguments, so that "
-                         "each fit compiles it outside the engine's wrapping and files keep the model's own keys")
-    if options is None:
-        return model
-    because = getattr(engine, "no_compile_because", None)  # the engine may have changed since learn.compile
-    if because:
-        raise ValueError(f"learn.compile() under {type(engine).__name__}: {because}")
-    torch._dynamo.config.skip_nnmodule_hook_guards = False  # a hook a callback adds recompiles, never goes unseen
-    backend = options["backend"]
-    if backend.last is None or backend.last[0] is not model:  # the next fit of the same model reuses its graphs
-        isolate = {"isolate_recompiles": True} if _ISOLATES else {}  # other models' graphs count not to its limit
-        backend.last = (model, torch.compile(model, **isolate, **options))
-    return backend.last[1]

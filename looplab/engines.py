@@ -91,6 +91,17 @@ def process_group_env() -> dict:
         raise RuntimeError(f"RANK={env['RANK']} must be below WORLD_SIZE={env['WORLD_SIZE']}")
     return env
 
+def _join_process_group(backend: str, device: torch.device, rank: int, world_size: int, timeout_s: float) -> None:
+    "Take `device`; join the process group as `rank` of `world_size`, unless this process is in it already."
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s),
+                                device_id=device if backend == "nccl" else None)
+    if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
+        raise RuntimeError(f"the running process group has rank {dist.get_rank()} of {dist.get_world_size()}, "
+                           f"but the environment says RANK={rank}, WORLD_SIZE={world_size}")
+
 # %% ../nbs/13_engines.ipynb #20fbed6d
 class _LoopDDP(DistributedDataParallel):
     "DDP that calls the bare model when no gradient is recorded (validation): no collective, any number of batches."
@@ -116,15 +127,7 @@ class ProcessGroupEngine(DeviceEngine):
         if self.backend not in ("gloo", "nccl") or (self.backend == "nccl" and self.device.type != "cuda"):
             raise ValueError(f"backend must be 'gloo' (CPU or GPU) or 'nccl' (GPU only), got {backend!r} "
                              f"on {self.device}")
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        if not dist.is_initialized():
-            dist.init_process_group(self.backend, rank=self.rank, world_size=self.world_size,
-                                    timeout=timedelta(seconds=timeout_s),
-                                    device_id=self.device if self.backend == "nccl" else None)
-        if (dist.get_rank(), dist.get_world_size()) != (self.rank, self.world_size):
-            raise RuntimeError(f"the running process group has rank {dist.get_rank()} of {dist.get_world_size()}, "
-                               f"but the environment says RANK={self.rank}, WORLD_SIZE={self.world_size}")
+        _join_process_group(self.backend, self.device, self.rank, self.world_size, timeout_s)
 
     def sync_tensor(self, t: torch.Tensor, mode: str):
         "`t` summed or averaged over ranks, or `all_gather`ed (a list, one per rank; same shape on every rank)."

@@ -23,7 +23,8 @@ from .callback import (Callback, CallbackHandler, CancelBackwardException, Cance
                               CancelEpochException, CancelException, CancelFitException, CancelStepException,
                               CancelValidateException, CancelZeroGradException, _check_owner)
 from .data import default_split_batch, loader_len
-from .engine import check_compile_options, closure_refusal, compile_model, move_optimizer_state, needs_closure
+from .engine import closure_refusal, move_optimizer_state, needs_closure
+from .engine_compile import check_compile_options, compile_model
 from .checks import check_int, check_lr, check_mid_epoch
 from .errors import as_engine, check_learner_args, checked_backward, checked_call
 from .inference import LearnerFiles, LearnerInference

@@ -14,7 +14,8 @@ from helpers import digits_learner, run_worker
 from looplab.activations import ActivationStats
 from looplab.checkpoint import load_checkpoint, save_checkpoint
 from looplab.distributed import launch
-from looplab.engine import AMPEngine, RecompileWarning
+from looplab.engine import AMPEngine
+from looplab.engine_compile import RecompileWarning
 from looplab.hooks import HookCallback
 from looplab.monitor import SaveBestModel
 from looplab.profiler import Profiler
