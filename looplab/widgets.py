@@ -30,7 +30,7 @@ from .progress import ProgressLine  # notebook 03a's, importable from here too
 
 # %% auto #0
 __all__ = ['in_notebook', 'ipython_shell', 'Throttle', 'encode_png', 'BlitFigure', 'LiveFigure', 'grown_limits', 'hold_batches',
-           'check_figsize', 'ShownFigure', 'FigurePlot', 'png_bytes', 'LivePlotWarning', 'LivePlotCore', 'LivePlot']
+           'check_figsize', 'ShownFigure', 'FigurePlot', 'png_bytes', 'LivePlotWarning', 'LivePlot']
 
 # %% ../nbs/05_live_plots.ipynb #af29a7df
 def in_notebook() -> bool:
@@ -312,22 +312,91 @@ def _check_mode(mode: str) -> str:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     return mode
 
-class _LivePlotHooks(FigurePlot):
-    "The hooks of a live plot that a plot may leave out, each doing nothing by default."
-    def _begin(self) -> None:
-        "Reset what this fit collects; raise if the Learner cannot feed the plot."
-    def _collect(self) -> None:
-        "Take what the loop recorded since the last call."
-    def _open_controls(self) -> None:
-        "Show widgets above the figure (in a notebook)."
-    def _status(self) -> str | None:
-        "The progress line of text mode (None: none); it is cut to 79 columns."
-    def _summary(self) -> str | None:
-        "The line text mode prints at the end (None: none)."
+_FIXED_TITLES = {"axes.titley": 1.0}  # matplotlib's settings for titles at a fixed height, never lifted over ticks
 
-# %% ../nbs/05_live_plots.ipynb #0758cf38
-class LivePlotCore(_LivePlotHooks):
-    "The guarded drawing of a live plot, through its hooks: a figure (widget mode) or a progress line (text mode)."
+def _open_output(plot: LivePlot, started: float) -> bool:
+    "Open `plot`'s live figure (widget mode) or get ready to write text, on the fit's one budget and line; whether this process draws."
+    master = plot.learn.engine.is_master_process  # several processes draw one picture: the master's
+    widget = master and (plot.mode == "widget" or (plot.mode == "auto" and in_notebook()))
+    peer = next((cb for cb in plot.learn.cbs if isinstance(cb, LivePlot) and cb._began), None)  # the fit's first
+    if peer is not None and peer.line.file is plot.line.file:
+        plot.line = peer.line  # one line for the fit's plots, each with its part
+    plot.live = None
+    if widget:
+        plot.live = LiveFigure(plot.figsize, plot.dpi, plot.every_ms, plot.max_overhead)
+    plot.throttle = plot.live.throttle if widget else Throttle(plot.every_ms, plot.max_overhead)
+    plot.throttle.start(peer.throttle if peer is not None else None)  # one budget for the fit's plots
+    if widget and ipython_shell() is not None:  # a notebook output shows it
+        plot._open_controls()
+        waiting = peer is None or peer.live is None  # one "waiting" line a fit, not one a plot
+        plot.live.show("waiting for the first batch" if waiting else "")  # first, then the artists: it opens at once
+    if widget:
+        with rc_context(_FIXED_TITLES):
+            plot.live.animate(*plot._artists(plot.live.fig))
+    plot.throttle.charge(time.perf_counter() - started)  # opening the plot is part of what it costs the fit
+    return master
+
+# %% ../nbs/05_live_plots.ipynb #52cf006e
+def _update(plot: LivePlot, final: bool = False) -> None:
+    "Collect, then redraw `plot`'s figure (`final`: at the end of training) or rewrite its progress line; a failure stops drawing, never training."
+    started = time.perf_counter()
+    live = plot.live
+    drawn = live.n_draws if live is not None else 0
+    try:
+        plot._collect()
+        status = None if live is not None else plot._status()
+        if live is not None and plot._ready():
+            if not plot.blit:
+                live.invalidate()  # `_fill` rebuilds the figure: its background changes too
+            plot._fill(live.fig, live.animated, grow=not final)
+            live.draw(started)
+        elif status is not None:
+            plot.line.update(status, key=plot)
+    except Exception as e:  # a plot must never stop training
+        plot._drawing = False
+        plot._failure = f"{type(plot).__name__} stopped drawing (training goes on): {type(e).__name__}: {e}"
+        warnings.warn(plot._failure, LivePlotWarning, stacklevel=3)
+    if live is None or live.n_draws == drawn:  # a draw told the throttle already
+        plot.throttle.done(started)
+    if not plot._drawing:  # it failed: say so in the output at once
+        _note_nothing_drawn(plot)
+
+def _finish(plot: LivePlot) -> None:
+    "The end of `plot`'s fit: the final picture, or the summary line of text mode; where no picture was drawn, why."
+    if plot.live is None:
+        plot._collect()
+        summary = plot._summary()
+        if summary is not None:
+            plot.line.finish(f"{type(plot).__name__}: {summary}", key=plot)
+    elif plot._drawing:
+        _update(plot, final=True)
+    _note_nothing_drawn(plot)
+
+def _nothing_drawn(name: str, failure: str | None, drawing: bool) -> str:
+    "What a live plot's output says in place of a picture it never drew: the failure, a close, or no batch."
+    if failure is not None:
+        return failure
+    if not drawing:
+        return f"{name} was closed before its first picture: plot() draws what it collected"
+    return f"{name} has nothing to draw: the fit ended before its first training batch"
+
+def _note_nothing_drawn(plot: LivePlot) -> None:
+    "Where `plot`'s live figure was never drawn, put `_nothing_drawn`'s line in its output, once: never a stale placeholder."
+    live = plot.live
+    if live is None or live.n_draws > 0:
+        return
+    text = _nothing_drawn(type(plot).__name__, plot._failure, plot._drawing)
+    if text == live.noted:  # said already
+        return
+    try:
+        live.note(text)
+    except Exception:  # the output itself failed (the frontend went away): there is nowhere to say it
+        pass
+
+# %% ../nbs/05_live_plots.ipynb #0f0b2712
+class LivePlot(FigurePlot, Callback):
+    "A callback that draws a live figure while training, or writes a progress line where nothing shows it; it never stops training."
+    unique = True
     blit = True  # False: `_fill` redraws the whole figure, no artist is animated
     empty_hint = "train with learn.fit(..., cbs=plot) first"
 
@@ -344,30 +413,16 @@ class LivePlotCore(_LivePlotHooks):
         self._began = False  # on_train_begin completed and on_train_end not yet: this fit's budget is open
         self._failure: str | None = None  # why drawing stopped, if a draw failed
 
-    def _update(self, final: bool = False) -> None:
-        "Collect, then redraw the figure or rewrite the progress line; a failure stops drawing, never training."
-        started = time.perf_counter()
-        drawn = self.live.n_draws if self.live is not None else 0
-        try:
-            self._collect()
-            status = None if self.live is not None else self._status()
-            if self.live is not None and self._ready():
-                self._redraw(started, final)
-            elif status is not None:
-                self.line.update(status, key=self)
-        except Exception as e:  # a plot must never stop training
-            self._drawing = False
-            self._failure = f"{type(self).__name__} stopped drawing (training goes on): {type(e).__name__}: {e}"
-            warnings.warn(self._failure, LivePlotWarning, stacklevel=3)
-        if self.live is None or self.live.n_draws == drawn:  # a draw told the throttle already
-            self.throttle.done(started)
-
-    def _redraw(self, started: float, final: bool = False) -> None:
-        "Put the data on the live figure and draw it (`final`: at the end of training)."
-        if not self.blit:
-            self.live.invalidate()  # `_fill` rebuilds the figure: its background changes too
-        self._fill(self.live.fig, self.live.animated, grow=not final)
-        self.live.draw(started)
+    def _begin(self) -> None:
+        "Reset what this fit collects; raise if the Learner cannot feed the plot."
+    def _collect(self) -> None:
+        "Take what the loop recorded since the last call."
+    def _open_controls(self) -> None:
+        "Show widgets above the figure (in a notebook)."
+    def _status(self) -> str | None:
+        "The progress line of text mode (None: none); it is cut to 79 columns."
+    def _summary(self) -> str | None:
+        "The line text mode prints at the end (None: none)."
 
     def plot(self) -> Figure:
         "A static figure of what was collected (the last fit's, after training)."
@@ -376,88 +431,25 @@ class LivePlotCore(_LivePlotHooks):
         self._fill(fig, self._artists(fig), grow=False)
         return fig
 
-# %% ../nbs/05_live_plots.ipynb #52cf006e
-def _nothing_drawn(name: str, failure: str | None, drawing: bool) -> str:
-    "What a live plot's output says in place of a picture it never drew: the failure, a close, or no batch."
-    if failure is not None:
-        return failure
-    if not drawing:
-        return f"{name} was closed before its first picture: plot() draws what it collected"
-    return f"{name} has nothing to draw: the fit ended before its first training batch"
-
-def _note_nothing_drawn(live: LiveFigure | None, name: str, failure: str | None, drawing: bool) -> None:
-    "Put `_nothing_drawn`'s line in the output of a live figure that was never drawn, once; nothing where it was drawn."
-    if live is None or live.n_draws > 0:
-        return
-    text = _nothing_drawn(name, failure, drawing)
-    if text == live.noted:  # said already
-        return
-    try:
-        live.note(text)
-    except Exception:  # the output itself failed (the frontend went away): there is nowhere to say it
-        pass
-
-# %% ../nbs/05_live_plots.ipynb #0f0b2712
-_FIXED_TITLES = {"axes.titley": 1.0}  # matplotlib's settings for titles at a fixed height, never lifted over ticks
-
-class LivePlot(LivePlotCore, Callback):
-    "A callback that draws a live figure while training, or writes a progress line where nothing shows it; it never stops training."
-    unique = True
-
     def on_train_begin(self):
         started = time.perf_counter()
         self._began = False
         self._failure = None
         self._begin()
-        master = self.learn.engine.is_master_process  # several processes draw one picture: the master's
-        widget = master and (self.mode == "widget" or (self.mode == "auto" and in_notebook()))
-        peer = next((cb for cb in self.learn.cbs if isinstance(cb, LivePlotCore) and cb._began), None)
-        if peer is not None and peer.line.file is self.line.file:
-            self.line = peer.line  # one line for the fit's plots, each with its part
-        self._open(widget, shown=ipython_shell() is not None, peer=peer)
-        self.throttle.charge(time.perf_counter() - started)  # opening the plot is part of what it costs the fit
-        self._drawing = master
+        self._drawing = _open_output(self, started)  # charges what this took, `_begin` too, to the fit's budget
         self._began = True
-
-    def _open(self, widget: bool, shown: bool, peer: LivePlotCore | None = None) -> None:
-        "Open the live figure (widget mode; shown in a notebook output if `shown`), or get ready to write text."
-        self.live = None
-        if widget:
-            self.live = LiveFigure(self.figsize, self.dpi, self.every_ms, self.max_overhead)
-        self.throttle = self.live.throttle if widget else Throttle(self.every_ms, self.max_overhead)
-        self.throttle.start(peer.throttle if peer is not None else None)  # one budget for the fit's plots
-        if widget and shown:
-            self._open_controls()
-            waiting = peer is None or peer.live is None  # one "waiting" line a fit, not one a plot
-            self.live.show("waiting for the first batch" if waiting else "")  # first, then the artists: it opens at once
-        if widget:
-            with rc_context(_FIXED_TITLES):
-                self.live.animate(*self._artists(self.live.fig))
 
     def on_batch_end(self):
         if self.learn.training and self._drawing and self.throttle.due():
-            self._update()
-            if not self._drawing:  # the draw failed: say so in the output at once
-                self._settle()
+            _update(self)
 
     def on_train_end(self):
         if not self._began:  # another callback failed before this one began: leave its error alone
             return
         self._began = False
-        if self.live is None:
-            self._collect()
-            summary = self._summary()
-            if summary is not None:
-                self.line.finish(f"{type(self).__name__}: {summary}", key=self)
-        elif self._drawing:
-            self._update(final=True)
-        self._settle()
-
-    def _settle(self) -> None:
-        "Where the live figure was never drawn, put a line in its place that says why: never a stale placeholder."
-        _note_nothing_drawn(self.live, type(self).__name__, self._failure, self._drawing)
+        _finish(self)
 
     def close(self) -> None:
         "Stop drawing; training goes on, and `plot()`/`save()` still work."
         self._drawing = False
-        self._settle()
+        _note_nothing_drawn(self)
