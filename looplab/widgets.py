@@ -11,26 +11,24 @@ import inspect
 import io
 import math
 import os
-import struct
 import sys
 import time
 import warnings
-import zlib
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .blit import BlitFigure
 from .callback import Callback
 from .checks import check_int, check_number
 from .progress import ProgressLine  # notebook 03a's, importable from here too
 
 # %% auto #0
-__all__ = ['in_notebook', 'ipython_shell', 'Throttle', 'encode_png', 'BlitFigure', 'LiveFigure', 'grown_limits', 'hold_batches',
-           'check_figsize', 'ShownFigure', 'FigurePlot', 'png_bytes', 'LivePlotWarning', 'LivePlot']
+__all__ = ['in_notebook', 'ipython_shell', 'Throttle', 'LiveFigure', 'grown_limits', 'hold_batches', 'check_figsize',
+           'ShownFigure', 'FigurePlot', 'png_bytes', 'LivePlotWarning', 'LivePlot']
 
 # %% ../nbs/05_live_plots.ipynb #af29a7df
 def in_notebook() -> bool:
@@ -90,75 +88,6 @@ class Throttle:
         self.next = now + self.every_ms / 1000
         if self.n_done >= self.on_time:  # from then on, also once max_overhead of the time has paid for all the work
             self.next = max(self.next, budget.began + budget.spent / budget.max_overhead)
-
-# %% ../nbs/05_live_plots.ipynb #a231470e
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    "A PNG chunk: the data's length, the chunk's kind, the data, and the CRC of kind and data."
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-def encode_png(rgba: np.ndarray, level: int = 1) -> bytes:
-    "A (height, width, 4) uint8 picture as a PNG (RGB if every pixel is opaque), each row filtered Up, zlib at `level`."
-    height, width, _ = rgba.shape
-    pixels = rgba[..., :3] if rgba[..., 3].min() == 255 else rgba
-    channels = pixels.shape[2]
-    flat = pixels.reshape(height, width * channels)
-    rows = np.empty((height, 1 + width * channels), np.uint8)
-    rows[:, 0] = 2  # each row's filter: 2, Up
-    rows[0, 1:] = flat[0]  # the row above the first is zeros
-    np.subtract(flat[1:], flat[:-1], out=rows[1:, 1:])  # byte minus the byte above, modulo 256 as PNG's filters are
-    header = struct.pack(">IIBBBBB", width, height, 8, 2 if channels == 3 else 6, 0, 0, 0)  # 8 bits; 2: RGB, 6: RGBA
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(rows, level))
-            + _chunk(b"IEND", b""))
-
-# %% ../nbs/05_live_plots.ipynb #99c24844
-class BlitFigure:
-    "A matplotlib figure rendered off-screen to PNG; between changes of layout only its animated artists are redrawn."
-    def __init__(self, figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80):
-        self.fig = Figure(figsize=figsize, dpi=dpi)
-        FigureCanvasAgg(self.fig)  # an off-screen canvas of its own: no window, whatever the backend
-        self.animated: list = []  # the artists that change between draws
-        self.png: bytes | None = None  # the latest picture
-        self.n_full_draws = 0  # renders that had to redraw the background too
-        self._background = None
-        self._background_key = None
-
-    def animate(self, *artists) -> None:
-        "Declare artists that change between draws; the rest of the figure is drawn once and reused."
-        for artist in artists:
-            artist.set_animated(True)
-            self.animated.append(artist)
-
-    def invalidate(self) -> None:
-        "Redraw the background at the next render (after changing a title, a label or a legend)."
-        self._background = None
-
-    def _layout(self) -> tuple:
-        "What the background depends on, besides what `invalidate` is told about: the limits and scales of each axes not animated."
-        return tuple((ax.get_xlim(), ax.get_ylim(), ax.get_xscale(), ax.get_yscale()) for ax in self.fig.axes
-                     if not ax.get_animated())  # an animated axes is drawn whole at every render
-
-    def render(self) -> bytes:
-        "Draw the figure off-screen (only the animated artists when the background has not changed); return a PNG."
-        canvas = self.fig.canvas
-        layout = self._layout()
-        if self._background is None or layout != self._background_key:
-            canvas.draw()  # everything but the animated artists
-            self._background = canvas.copy_from_bbox(self.fig.bbox)
-            self._background_key = layout
-            self.n_full_draws += 1
-        else:
-            canvas.restore_region(self._background)
-        for artist in self.animated:
-            artist.axes.draw_artist(artist)
-        self.png = encode_png(np.asarray(canvas.buffer_rgba()))  # zlib's fastest level: time matters more than bytes
-        return self.png
-
-    def save(self, path: str | Path) -> Path:
-        "Write the figure, animated artists included, to `path` (PNG, SVG, PDF: from the extension)."
-        path = Path(path)
-        self.fig.savefig(path)
-        self.invalidate()  # saving redraws the canvas
-        return path
 
 # %% ../nbs/05_live_plots.ipynb #df414158
 class LiveFigure(BlitFigure):
