@@ -18,13 +18,14 @@ import torch
 from torch import nn
 
 from looplab.activations import ActivationPlot
+from looplab.blit import BlitFigure
 from looplab.conv import conv_net, signal_dls
 from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.learner import Learner
 from looplab.loss_plot import LossPlot
 from looplab.lr_plot import LRPlot
 from looplab.profiler import ProfilePlot
-from looplab.widgets import _FIXED_TITLES, BlitFigure
+from looplab.widgets import _FIXED_TITLES
 
 
 def filled_plots() -> dict:

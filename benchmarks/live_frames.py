@@ -30,7 +30,7 @@ from looplab.data import DataLoaders, load_digits, set_seed
 from looplab.learner import Learner
 from looplab.loss_plot import LossPlot
 from looplab.lr_plot import LRPlot
-from looplab.widgets import LivePlotCore
+from looplab import widgets
 
 class StopAfter(Callback):
     "Cancels the fit `seconds` after it began; notes when the first training batch ended (before any plot draws)."
@@ -47,12 +47,12 @@ class StopAfter(Callback):
             raise CancelFitException()
 
 draws = []  # (start, end, final) of each update of a live plot
-_update = LivePlotCore._update
-def timed_update(self, final=False):
+_update = widgets._update
+def timed_update(plot, final=False):
     start = time.perf_counter()
-    _update(self, final)
+    _update(plot, final)
     draws.append((start, time.perf_counter(), final))
-LivePlotCore._update = timed_update
+widgets._update = timed_update
 
 def digits_learner():
     set_seed(0)

@@ -116,13 +116,14 @@ def _check_owner(handler) -> None:
                              f"each learner its own {type(cb).__name__}, or take it back with learn.remove_cbs(cb) "
                              "then learn.add_cbs(cb)")
 
-# %% ../nbs/02_callbacks.ipynb #925184c7
+# %% ../nbs/02_callbacks.ipynb #925184c6
 def _interrupt_behind(e: Exception) -> KeyboardInterrupt | None:
     "A Ctrl-C that `e` was raised while handling (a lock Ctrl-C broke in a print): the interrupt, not a callback's bug."
     while e is not None and not isinstance(e, KeyboardInterrupt):
         e = e.__context__
     return e
 
+# %% ../nbs/02_callbacks.ipynb #925184c7
 class CallbackHandler:
     "Callbacks sorted by `order`, with each event's bound methods precomputed; `handler(event)` runs them."
     def __init__(self, cbs=(), learn=None):

@@ -76,6 +76,19 @@ def _shapes(x, dtypes: bool = False):
         return {key: _shapes(v, dtypes) for key, v in x.items()}
     return None
 
+# %% ../nbs/04_inference.ipynb #4a1f0c02
+def _check_item(xb, expected) -> None:
+    "Refuse an input to `predict` that is not one item as the data's (`expected`; None: unknown): a batch, or another dtype."
+    if expected is None:
+        return
+    if _shapes(xb) != _shapes(expected):
+        raise ValueError(f"predict takes one item, without the batch dimension: its input has shape "
+                         f"{_shapes(xb)}, the data's items {_shapes(expected)}; e.g. learn.predict(x[0]) for a "
+                         "batch x, or learn.predict(dls.valid.dataset[0])")
+    if _shapes(xb, dtypes=True) != _shapes(expected, dtypes=True):
+        raise ValueError(f"predict's input has dtype {_shapes(xb, dtypes=True)}, the data's items "
+                         f"{_shapes(expected, dtypes=True)}: convert it, e.g. learn.predict(x.float())")
+
 # %% ../nbs/04_inference.ipynb #80264e33
 class LearnerInference:
     "Inference for a learner: `get_preds` over a loader and `predict` on one item, leaving the training state alone."
@@ -129,13 +142,7 @@ class LearnerInference:
                 xb = self.engine.sync_device(item[None]) if self.engine.moves_batches else item[None]
             else:
                 xb = self._split(default_collate([item]))[0]
-            if expected is not None and _shapes(xb) != _shapes(expected):
-                raise ValueError(f"predict takes one item, without the batch dimension: its input has shape "
-                                 f"{_shapes(xb)}, the data's items {_shapes(expected)}; e.g. learn.predict(x[0]) for a "
-                                 "batch x, or learn.predict(dls.valid.dataset[0])")
-            if expected is not None and _shapes(xb, dtypes=True) != _shapes(expected, dtypes=True):
-                raise ValueError(f"predict's input has dtype {_shapes(xb, dtypes=True)}, the data's items "
-                                 f"{_shapes(expected, dtypes=True)}: convert it, e.g. learn.predict(x.float())")
+            _check_item(xb, expected)
             return _first(_called(model, xb, "the item"))
 
 # %% ../nbs/04_inference.ipynb #b8bf026f

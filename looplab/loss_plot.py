@@ -100,8 +100,41 @@ def _per_column(x: np.ndarray, y, n_columns: int) -> tuple[np.ndarray, np.ndarra
     return x[keep], y[keep]
 
 # %% ../nbs/05b_loss_plot.ipynb #25905b75
-class _LossRecord(LivePlot):
-    "What a loss chart holds of the fit it draws, taken from the Recorder: batch losses, smoothed, validation losses."
+def _fit_batches(learn) -> tuple[int | None, int | None]:
+    "Training batches in an epoch and in the whole fit; None for both where the loader has no length."
+    per_epoch = loader_len(learn.dls.train)
+    return per_epoch, None if per_epoch is None else learn.n_epochs * per_epoch
+
+def _fill_losses(chart: LossChart, ax, lines: list, grow: bool) -> None:
+    "Put `chart`'s losses on its three curves; y limits that hold every curve (only growing if `grow`)."
+    steps = np.arange(1, len(chart.losses) + 1)
+    lines[0].set_data(*_per_column(steps, chart.losses, int(ax.bbox.width)))  # at most 2 points a pixel column
+    lines[1].set_data(*_per_column(steps, chart.smooth, int(ax.bbox.width)))
+    lines[2].set_data(chart.valid_steps, chart.valid_losses)
+    lines[2].set_marker("o" if len(chart.valid_losses) <= 40 else "")  # hundreds of dots would hide the curves
+    held = [v for v in chart._finite + chart.smooth if math.isfinite(v) and (v > 0 or not chart.log)]  # all curves
+    if held:
+        chart._ylim = grown_limits(chart._ylim if grow else None, min(held), max(held), chart.log)
+        ax.set_ylim(*chart._ylim)
+    if not grow:  # the final picture, or plot(): the x axis holds what was done (a stopped fit: no empty tail)
+        ax.set_xlim(0, max(len(chart.losses), 1))
+    elif chart._total is None:
+        hold_batches([ax], len(chart.losses))
+
+# %% ../nbs/05b_loss_plot.ipynb #f72c96a3
+class LossChart(LivePlot):
+    "Live chart of the training loss (each batch; smoothed afresh per fit, β from `smoothing_beta` unless given) and the validation loss."
+    order = 80  # after the Recorder (-10) has the batch; before ProgressCallback (90) prints an epoch's row
+    empty_hint = "train with learn.fit(..., cbs=loss_plot) first"
+
+    def __init__(self, log: bool = False, beta: float | None = None, every_ms: float = 250, max_overhead: float = 0.1,
+                 mode: str = "auto", figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80, file=None):
+        super().__init__(every_ms, max_overhead, mode, figsize, dpi, file)
+        self.beta = beta if beta is None else check_number("beta", beta, low=0, high=1, high_open=True)  # smoothing
+        self._beta = beta  # the β of the fit drawn: `beta`, or the one the Recorder picked for the fit's length
+        self.log = log  # log-scale loss axis
+        self._clear()
+
     def _clear(self) -> None:
         self.losses: list[float] = []  # this fit's batch losses, as collected so far
         self.smooth: list[float] = []
@@ -118,8 +151,7 @@ class _LossRecord(LivePlot):
         self._first = len(_attached_recorder(self.learn, self).losses)  # batches of earlier fits are not drawn
         self._beta = self.beta if self.beta is not None else self.learn.recorder.fits[-1][1]
         self._clear()
-        self._per_epoch = loader_len(self.learn.dls.train)
-        self._total = None if self._per_epoch is None else self.learn.n_epochs * self._per_epoch
+        self._per_epoch, self._total = _fit_batches(self.learn)
 
     def _collect(self) -> None:
         recorder = self.learn.recorder
@@ -144,38 +176,11 @@ class _LossRecord(LivePlot):
             self.valid_losses.append(valid_loss)
             self._finite.append(valid_loss)
 
-# %% ../nbs/05b_loss_plot.ipynb #f72c96a3
-class LossChart(_LossRecord):
-    "Live chart of the training loss (each batch; smoothed afresh per fit, β from `smoothing_beta` unless given) and the validation loss."
-    order = 80  # after the Recorder (-10) has the batch; before ProgressCallback (90) prints an epoch's row
-    empty_hint = "train with learn.fit(..., cbs=loss_plot) first"
-
-    def __init__(self, log: bool = False, beta: float | None = None, every_ms: float = 250, max_overhead: float = 0.1,
-                 mode: str = "auto", figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80, file=None):
-        super().__init__(every_ms, max_overhead, mode, figsize, dpi, file)
-        self.beta = beta if beta is None else check_number("beta", beta, low=0, high=1, high_open=True)  # smoothing
-        self._beta = beta  # the β of the fit drawn: `beta`, or the one the Recorder picked for the fit's length
-        self.log = log  # log-scale loss axis
-        self._clear()
-
     def _artists(self, fig: Figure) -> list:
         return _loss_axes(fig, self._beta, self.log, self._total or len(self.losses))
 
     def _fill(self, fig: Figure, lines: list, grow: bool) -> None:
-        ax = fig.axes[0]
-        steps = np.arange(1, len(self.losses) + 1)
-        lines[0].set_data(*_per_column(steps, self.losses, int(ax.bbox.width)))  # at most 2 points a pixel column
-        lines[1].set_data(*_per_column(steps, self.smooth, int(ax.bbox.width)))
-        lines[2].set_data(self.valid_steps, self.valid_losses)
-        lines[2].set_marker("o" if len(self.valid_losses) <= 40 else "")  # hundreds of dots would hide the curves
-        held = [v for v in self._finite + self.smooth if math.isfinite(v) and (v > 0 or not self.log)]  # all curves
-        if held:
-            self._ylim = grown_limits(self._ylim if grow else None, min(held), max(held), self.log)
-            ax.set_ylim(*self._ylim)
-        if not grow:  # the final picture, or plot(): the x axis holds what was done (a stopped fit: no empty tail)
-            ax.set_xlim(0, max(len(self.losses), 1))
-        elif self._total is None:
-            hold_batches([ax], len(self.losses))
+        _fill_losses(self, fig.axes[0], lines, grow)
 
 # %% ../nbs/05b_loss_plot.ipynb #3ceec5d4
 def _attached_recorder(learn, plot) -> Recorder:
@@ -234,8 +239,7 @@ class FitProgress(LivePlot):
     tick_ms = 250
 
     def on_train_begin(self):
-        self._per_epoch = loader_len(self.learn.dls.train)
-        self._total = None if self._per_epoch is None else self.learn.n_epochs * self._per_epoch
+        self._per_epoch, self._total = _fit_batches(self.learn)
         self.time = FitTime(self._total)
         self._epochs_done = 0
         self._trained = 0  # training batches ended in this fit
@@ -256,11 +260,8 @@ class FitProgress(LivePlot):
             self.time.begin_at(self.learn.epoch * (self._per_epoch or 0) + self.learn.iter)
             self._trained += 1
         super().on_batch_end()
-        if self.bar is not None and self.learn.training and time.perf_counter() >= self._next_tick:
-            status = self._status()  # None: nothing to say yet (a profiler before its first timings)
-            if status is not None:
-                self.bar.show(self._done(), status)  # a small HTML update: no picture, no budget
-            self._next_tick = time.perf_counter() + self.tick_ms / 1000
+        if self.bar is not None and self.learn.training:
+            _tick(self)
 
     def on_epoch_end(self):
         self._epochs_done += 1
@@ -271,8 +272,7 @@ class FitProgress(LivePlot):
         began = self._began
         super().on_train_end()
         if began and self.bar is not None:
-            done = self._done()
-            self.bar.show(done, self._summary(), "success" if done >= self.bar.max else "warning")
+            self.bar.finish(self._done(), self._summary())
 
     def _status(self) -> str:
         "epoch, batch, the plot's own figures, time elapsed and left."
@@ -330,6 +330,10 @@ class _ProgressBar:
         if self.handle is not None:  # None: IPython without a kernel, nothing shows it
             self.handle.update(HTML(self._html()))
 
+    def finish(self, value: int, text: str) -> None:
+        "The last picture: the bar green where the fit ran to its end, orange where it stopped early."
+        self.show(value, text, "success" if value >= self.max else "warning")
+
     def _html(self) -> str:
         colour = {"success": "#2e7d32", "warning": "#ef6c00"}.get(self.bar_style, "#1565c0")
         moment = ""  # while training, when: a notebook saved now keeps this bar, and it must read as a snapshot
@@ -338,6 +342,15 @@ class _ProgressBar:
         return (f'<div style="display:flex;align-items:center;gap:1em"><progress class="looplab-progress" '
                 f'value="{self.value}" max="{self.max}" style="width:16em;accent-color:{colour}"></progress>'
                 f'<span>{html.escape(self.text)}{moment}</span></div>')
+
+def _tick(plot: FitProgress) -> None:
+    "Rewrite `plot`'s progress bar and label once `tick_ms` has passed since the last time: a small HTML update, no picture, no budget."
+    if time.perf_counter() < plot._next_tick:
+        return
+    status = plot._status()  # None: nothing to say yet (a profiler before its first timings)
+    if status is not None:
+        plot.bar.show(plot._done(), status)
+    plot._next_tick = time.perf_counter() + plot.tick_ms / 1000
 
 # %% ../nbs/05b_loss_plot.ipynb #0e75af66
 def compare_runs(runs: Mapping[str, object], beta: float | None = None, log: bool = False,

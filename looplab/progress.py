@@ -112,6 +112,20 @@ class ProgressCallback(_BatchLines):
             self._header()
         self._print(_epoch_row(self.learn.recorder.values[-1], self.columns, self.learn.n_epochs))
 
+# %% ../nbs/03a_progress.ipynb #9dff5bfb
+def _is_tty(out) -> bool:
+    "Whether `out` is a terminal, where a line can be rewritten in place."
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty and isatty())
+
+def _up(n_lines: int) -> str:
+    "The terminal's code that moves the cursor from the last of `n_lines` lines up to the first."
+    return f"\x1b[{n_lines - 1}A" if n_lines > 1 else ""
+
+def _fit(text: str, width: int) -> str:
+    "`text`, cut to `width` characters with an ellipsis if longer."
+    return text if len(text) <= width else text[:width - 1] + "…"
+
 # %% ../nbs/03a_progress.ipynb #9dff5bfa
 class ProgressLine:
     "The progress of a fit's plots, a line each: rewritten in place on a terminal; in a log a line every `log_every_s` s; elsewhere only finished lines."
@@ -131,14 +145,10 @@ class ProgressLine:
     def _out(self):
         return self.file or sys.stdout
 
-    def _tty(self) -> bool:
-        isatty = getattr(self._out(), "isatty", None)
-        return bool(isatty and isatty())
-
     def update(self, text: str, key=None) -> None:
         "Show `text` as `key`'s line (on a terminal; in a log now and then; elsewhere nothing)."
         self.parts[key] = text
-        if not self._tty():
+        if not _is_tty(self._out()):
             self._log()
             return
         lines = [_fit(part, self.columns - 1) for part in self.parts.values()]  # the last column would wrap
@@ -153,8 +163,7 @@ class ProgressLine:
         if not _is_log(self._out()):
             return
         now = self.clock()
-        if self._logged is None:
-            self._logged = now
+        self._logged = now if self._logged is None else self._logged  # the first part starts the count
         if now - self._logged < self.log_every_s:
             return
         self._logged = now
@@ -164,7 +173,7 @@ class ProgressLine:
 
     def clear(self) -> None:
         "Blank the lines (on a terminal), so that other output starts at the beginning of the first."
-        if not self._tty() or not self._widths:
+        if not _is_tty(self._out()) or not self._widths:
             return
         out = self._out()
         out.write(_up(len(self._widths)) + "\r" + "\n".join(" " * w for w in self._widths)
@@ -177,11 +186,3 @@ class ProgressLine:
         self.clear()
         self.parts.pop(key, None)
         print(textwrap.fill(text, self.columns, subsequent_indent="  "), file=self._out(), flush=True)
-
-def _up(n_lines: int) -> str:
-    "The terminal's code that moves the cursor from the last of `n_lines` lines up to the first."
-    return f"\x1b[{n_lines - 1}A" if n_lines > 1 else ""
-
-def _fit(text: str, width: int) -> str:
-    "`text`, cut to `width` characters with an ellipsis if longer."
-    return text if len(text) <= width else text[:width - 1] + "…"

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import warnings
+from types import SimpleNamespace
 
 import torch
 
@@ -21,7 +22,7 @@ from .progress import ProgressCallback  # notebook 03a's table, importable from 
 
 # %% auto #0
 __all__ = ['n_items', 'summed_loss', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'smooth', 'smoothing_beta',
-           'fit_batches', 'smooth_fits', 'Recorder']
+           'fit_batches', 'smooth_fits', 'Recorder', 'OneProcess', 'stand_in_learner']
 
 # %% ../nbs/03b_recorder.ipynb #207e3c26
 def n_items(yb) -> int:
@@ -100,6 +101,16 @@ class BatchRecorder(_StepHypers):
         self._epoch_total = 0.0  # weighted sum of this epoch's flushed batch losses
         self._epoch_count = 0  # and the number of items behind it
         self._summed = False  # whether the loss function sums over the batch: recorded divided by its items
+
+    @property
+    def lrs(self) -> list[float]:
+        "The LR of parameter group 0 for every recorded training batch."
+        return [lrs[0] for lrs, _ in self.hypers]
+
+    @property
+    def moms(self) -> list[float]:
+        "The momentum (or Adam's β₁) of parameter group 0 for every recorded training batch; NaN if none."
+        return [moms[0] for _, moms in self.hypers]
 
     def on_train_begin(self):
         self._summed = summed_loss(getattr(self.learn, "loss_func", None))
@@ -268,16 +279,6 @@ class Recorder(EpochRecorder):
         self.fits: list[tuple[int, float]] = []  # each fit's first training batch and the β its smoothing uses
         self._beta_at_end = False  # True while a fit runs whose length was unknown at its start
 
-    @property
-    def lrs(self) -> list[float]:
-        "The LR of parameter group 0 for every recorded training batch."
-        return [lrs[0] for lrs, _ in self.hypers]
-
-    @property
-    def moms(self) -> list[float]:
-        "The momentum (or Adam's β₁) of parameter group 0 for every recorded training batch; NaN if none."
-        return [moms[0] for _, moms in self.hypers]
-
     def on_train_begin(self):
         super().on_train_begin()
         planned = fit_batches(self.learn)
@@ -333,3 +334,19 @@ def _loss_labels(ax, log: bool) -> None:
         ax.set_yscale("log")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize="small", borderaxespad=0)
     ax.set_title("Loss")
+
+# %% ../nbs/03b_recorder.ipynb #c3b0e0a2
+class OneProcess:
+    "A stand-in for the engine of notebook 04_engine in one process: every value is already the total."
+    world_size = 1
+    is_master_process = True
+
+    def sync_tensor(self, tensor: torch.Tensor, mode: str) -> torch.Tensor:
+        return tensor
+
+def stand_in_learner(metrics=()) -> SimpleNamespace:
+    "The attributes a `Learner` (notebook 04_learner) sets that the Recorder and the progress table read, to drive them by hand."
+    opt = torch.optim.SGD([torch.zeros(1)], lr=0.1, momentum=0.9)
+    return SimpleNamespace(engine=OneProcess(), metrics=list(metrics), opt=opt, epoch=0, training=True,
+                           step_skipped=False, loss=None, yb=None, preds=None,
+                           loss_func=torch.nn.functional.cross_entropy)

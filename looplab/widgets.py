@@ -11,26 +11,24 @@ import inspect
 import io
 import math
 import os
-import struct
 import sys
 import time
 import warnings
-import zlib
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .blit import BlitFigure
 from .callback import Callback
 from .checks import check_int, check_number
 from .progress import ProgressLine  # notebook 03a's, importable from here too
 
 # %% auto #0
-__all__ = ['in_notebook', 'ipython_shell', 'Throttle', 'encode_png', 'BlitFigure', 'LiveFigure', 'grown_limits', 'hold_batches',
-           'check_figsize', 'ShownFigure', 'FigurePlot', 'png_bytes', 'LivePlotWarning', 'LivePlotCore', 'LivePlot']
+__all__ = ['in_notebook', 'ipython_shell', 'Throttle', 'LiveFigure', 'grown_limits', 'hold_batches', 'check_figsize',
+           'ShownFigure', 'FigurePlot', 'png_bytes', 'LivePlotWarning', 'LivePlot']
 
 # %% ../nbs/05_live_plots.ipynb #af29a7df
 def in_notebook() -> bool:
@@ -90,75 +88,6 @@ class Throttle:
         self.next = now + self.every_ms / 1000
         if self.n_done >= self.on_time:  # from then on, also once max_overhead of the time has paid for all the work
             self.next = max(self.next, budget.began + budget.spent / budget.max_overhead)
-
-# %% ../nbs/05_live_plots.ipynb #a231470e
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    "A PNG chunk: the data's length, the chunk's kind, the data, and the CRC of kind and data."
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-def encode_png(rgba: np.ndarray, level: int = 1) -> bytes:
-    "A (height, width, 4) uint8 picture as a PNG (RGB if every pixel is opaque), each row filtered Up, zlib at `level`."
-    height, width, _ = rgba.shape
-    pixels = rgba[..., :3] if rgba[..., 3].min() == 255 else rgba
-    channels = pixels.shape[2]
-    flat = pixels.reshape(height, width * channels)
-    rows = np.empty((height, 1 + width * channels), np.uint8)
-    rows[:, 0] = 2  # each row's filter: 2, Up
-    rows[0, 1:] = flat[0]  # the row above the first is zeros
-    np.subtract(flat[1:], flat[:-1], out=rows[1:, 1:])  # byte minus the byte above, modulo 256 as PNG's filters are
-    header = struct.pack(">IIBBBBB", width, height, 8, 2 if channels == 3 else 6, 0, 0, 0)  # 8 bits; 2: RGB, 6: RGBA
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(rows, level))
-            + _chunk(b"IEND", b""))
-
-# %% ../nbs/05_live_plots.ipynb #99c24844
-class BlitFigure:
-    "A matplotlib figure rendered off-screen to PNG; between changes of layout only its animated artists are redrawn."
-    def __init__(self, figsize: tuple[float, float] = (7.0, 3.5), dpi: int = 80):
-        self.fig = Figure(figsize=figsize, dpi=dpi)
-        FigureCanvasAgg(self.fig)  # an off-screen canvas of its own: no window, whatever the backend
-        self.animated: list = []  # the artists that change between draws
-        self.png: bytes | None = None  # the latest picture
-        self.n_full_draws = 0  # renders that had to redraw the background too
-        self._background = None
-        self._background_key = None
-
-    def animate(self, *artists) -> None:
-        "Declare artists that change between draws; the rest of the figure is drawn once and reused."
-        for artist in artists:
-            artist.set_animated(True)
-            self.animated.append(artist)
-
-    def invalidate(self) -> None:
-        "Redraw the background at the next render (after changing a title, a label or a legend)."
-        self._background = None
-
-    def _layout(self) -> tuple:
-        "What the background depends on, besides what `invalidate` is told about: the limits and scales of each axes not animated."
-        return tuple((ax.get_xlim(), ax.get_ylim(), ax.get_xscale(), ax.get_yscale()) for ax in self.fig.axes
-                     if not ax.get_animated())  # an animated axes is drawn whole at every render
-
-    def render(self) -> bytes:
-        "Draw the figure off-screen (only the animated artists when the background has not changed); return a PNG."
-        canvas = self.fig.canvas
-        layout = self._layout()
-        if self._background is None or layout != self._background_key:
-            canvas.draw()  # everything but the animated artists
-            self._background = canvas.copy_from_bbox(self.fig.bbox)
-            self._background_key = layout
-            self.n_full_draws += 1
-        else:
-            canvas.restore_region(self._background)
-        for artist in self.animated:
-            artist.axes.draw_artist(artist)
-        self.png = encode_png(np.asarray(canvas.buffer_rgba()))  # zlib's fastest level: time matters more than bytes
-        return self.png
-
-    def save(self, path: str | Path) -> Path:
-        "Write the figure, animated artists included, to `path` (PNG, SVG, PDF: from the extension)."
-        path = Path(path)
-        self.fig.savefig(path)
-        self.invalidate()  # saving redraws the canvas
-        return path
 
 # %% ../nbs/05_live_plots.ipynb #df414158
 class LiveFigure(BlitFigure):
@@ -312,22 +241,91 @@ def _check_mode(mode: str) -> str:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     return mode
 
-class _LivePlotHooks(FigurePlot):
-    "The hooks of a live plot that a plot may leave out, each doing nothing by default."
-    def _begin(self) -> None:
-        "Reset what this fit collects; raise if the Learner cannot feed the plot."
-    def _collect(self) -> None:
-        "Take what the loop recorded since the last call."
-    def _open_controls(self) -> None:
-        "Show widgets above the figure (in a notebook)."
-    def _status(self) -> str | None:
-        "The progress line of text mode (None: none); it is cut to 79 columns."
-    def _summary(self) -> str | None:
-        "The line text mode prints at the end (None: none)."
+_FIXED_TITLES = {"axes.titley": 1.0}  # matplotlib's settings for titles at a fixed height, never lifted over ticks
 
-# %% ../nbs/05_live_plots.ipynb #0758cf38
-class LivePlotCore(_LivePlotHooks):
-    "The guarded drawing of a live plot, through its hooks: a figure (widget mode) or a progress line (text mode)."
+def _open_output(plot: LivePlot, started: float) -> bool:
+    "Open `plot`'s live figure (widget mode) or get ready to write text, on the fit's one budget and line; whether this process draws."
+    master = plot.learn.engine.is_master_process  # several processes draw one picture: the master's
+    widget = master and (plot.mode == "widget" or (plot.mode == "auto" and in_notebook()))
+    peer = next((cb for cb in plot.learn.cbs if isinstance(cb, LivePlot) and cb._began), None)  # the fit's first
+    if peer is not None and peer.line.file is plot.line.file:
+        plot.line = peer.line  # one line for the fit's plots, each with its part
+    plot.live = None
+    if widget:
+        plot.live = LiveFigure(plot.figsize, plot.dpi, plot.every_ms, plot.max_overhead)
+    plot.throttle = plot.live.throttle if widget else Throttle(plot.every_ms, plot.max_overhead)
+    plot.throttle.start(peer.throttle if peer is not None else None)  # one budget for the fit's plots
+    if widget and ipython_shell() is not None:  # a notebook output shows it
+        plot._open_controls()
+        waiting = peer is None or peer.live is None  # one "waiting" line a fit, not one a plot
+        plot.live.show("waiting for the first batch" if waiting else "")  # first, then the artists: it opens at once
+    if widget:
+        with rc_context(_FIXED_TITLES):
+            plot.live.animate(*plot._artists(plot.live.fig))
+    plot.throttle.charge(time.perf_counter() - started)  # opening the plot is part of what it costs the fit
+    return master
+
+# %% ../nbs/05_live_plots.ipynb #52cf006e
+def _update(plot: LivePlot, final: bool = False) -> None:
+    "Collect, then redraw `plot`'s figure (`final`: at the end of training) or rewrite its progress line; a failure stops drawing, never training."
+    started = time.perf_counter()
+    live = plot.live
+    drawn = live.n_draws if live is not None else 0
+    try:
+        plot._collect()
+        status = None if live is not None else plot._status()
+        if live is not None and plot._ready():
+            if not plot.blit:
+                live.invalidate()  # `_fill` rebuilds the figure: its background changes too
+            plot._fill(live.fig, live.animated, grow=not final)
+            live.draw(started)
+        elif status is not None:
+            plot.line.update(status, key=plot)
+    except Exception as e:  # a plot must never stop training
+        plot._drawing = False
+        plot._failure = f"{type(plot).__name__} stopped drawing (training goes on): {type(e).__name__}: {e}"
+        warnings.warn(plot._failure, LivePlotWarning, stacklevel=3)
+    if live is None or live.n_draws == drawn:  # a draw told the throttle already
+        plot.throttle.done(started)
+    if not plot._drawing:  # it failed: say so in the output at once
+        _note_nothing_drawn(plot)
+
+def _finish(plot: LivePlot) -> None:
+    "The end of `plot`'s fit: the final picture, or the summary line of text mode; where no picture was drawn, why."
+    if plot.live is None:
+        plot._collect()
+        summary = plot._summary()
+        if summary is not None:
+            plot.line.finish(f"{type(plot).__name__}: {summary}", key=plot)
+    elif plot._drawing:
+        _update(plot, final=True)
+    _note_nothing_drawn(plot)
+
+def _nothing_drawn(name: str, failure: str | None, drawing: bool) -> str:
+    "What a live plot's output says in place of a picture it never drew: the failure, a close, or no batch."
+    if failure is not None:
+        return failure
+    if not drawing:
+        return f"{name} was closed before its first picture: plot() draws what it collected"
+    return f"{name} has nothing to draw: the fit ended before its first training batch"
+
+def _note_nothing_drawn(plot: LivePlot) -> None:
+    "Where `plot`'s live figure was never drawn, put `_nothing_drawn`'s line in its output, once: never a stale placeholder."
+    live = plot.live
+    if live is None or live.n_draws > 0:
+        return
+    text = _nothing_drawn(type(plot).__name__, plot._failure, plot._drawing)
+    if text == live.noted:  # said already
+        return
+    try:
+        live.note(text)
+    except Exception:  # the output itself failed (the frontend went away): there is nowhere to say it
+        pass
+
+# %% ../nbs/05_live_plots.ipynb #0f0b2712
+class LivePlot(FigurePlot, Callback):
+    "A callback that draws a live figure while training, or writes a progress line where nothing shows it; it never stops training."
+    unique = True
     blit = True  # False: `_fill` redraws the whole figure, no artist is animated
     empty_hint = "train with learn.fit(..., cbs=plot) first"
 
@@ -344,30 +342,16 @@ class LivePlotCore(_LivePlotHooks):
         self._began = False  # on_train_begin completed and on_train_end not yet: this fit's budget is open
         self._failure: str | None = None  # why drawing stopped, if a draw failed
 
-    def _update(self, final: bool = False) -> None:
-        "Collect, then redraw the figure or rewrite the progress line; a failure stops drawing, never training."
-        started = time.perf_counter()
-        drawn = self.live.n_draws if self.live is not None else 0
-        try:
-            self._collect()
-            status = None if self.live is not None else self._status()
-            if self.live is not None and self._ready():
-                self._redraw(started, final)
-            elif status is not None:
-                self.line.update(status, key=self)
-        except Exception as e:  # a plot must never stop training
-            self._drawing = False
-            self._failure = f"{type(self).__name__} stopped drawing (training goes on): {type(e).__name__}: {e}"
-            warnings.warn(self._failure, LivePlotWarning, stacklevel=3)
-        if self.live is None or self.live.n_draws == drawn:  # a draw told the throttle already
-            self.throttle.done(started)
-
-    def _redraw(self, started: float, final: bool = False) -> None:
-        "Put the data on the live figure and draw it (`final`: at the end of training)."
-        if not self.blit:
-            self.live.invalidate()  # `_fill` rebuilds the figure: its background changes too
-        self._fill(self.live.fig, self.live.animated, grow=not final)
-        self.live.draw(started)
+    def _begin(self) -> None:
+        "Reset what this fit collects; raise if the Learner cannot feed the plot."
+    def _collect(self) -> None:
+        "Take what the loop recorded since the last call."
+    def _open_controls(self) -> None:
+        "Show widgets above the figure (in a notebook)."
+    def _status(self) -> str | None:
+        "The progress line of text mode (None: none); it is cut to 79 columns."
+    def _summary(self) -> str | None:
+        "The line text mode prints at the end (None: none)."
 
     def plot(self) -> Figure:
         "A static figure of what was collected (the last fit's, after training)."
@@ -376,88 +360,25 @@ class LivePlotCore(_LivePlotHooks):
         self._fill(fig, self._artists(fig), grow=False)
         return fig
 
-# %% ../nbs/05_live_plots.ipynb #52cf006e
-def _nothing_drawn(name: str, failure: str | None, drawing: bool) -> str:
-    "What a live plot's output says in place of a picture it never drew: the failure, a close, or no batch."
-    if failure is not None:
-        return failure
-    if not drawing:
-        return f"{name} was closed before its first picture: plot() draws what it collected"
-    return f"{name} has nothing to draw: the fit ended before its first training batch"
-
-def _note_nothing_drawn(live: LiveFigure | None, name: str, failure: str | None, drawing: bool) -> None:
-    "Put `_nothing_drawn`'s line in the output of a live figure that was never drawn, once; nothing where it was drawn."
-    if live is None or live.n_draws > 0:
-        return
-    text = _nothing_drawn(name, failure, drawing)
-    if text == live.noted:  # said already
-        return
-    try:
-        live.note(text)
-    except Exception:  # the output itself failed (the frontend went away): there is nowhere to say it
-        pass
-
-# %% ../nbs/05_live_plots.ipynb #0f0b2712
-_FIXED_TITLES = {"axes.titley": 1.0}  # matplotlib's settings for titles at a fixed height, never lifted over ticks
-
-class LivePlot(LivePlotCore, Callback):
-    "A callback that draws a live figure while training, or writes a progress line where nothing shows it; it never stops training."
-    unique = True
-
     def on_train_begin(self):
         started = time.perf_counter()
         self._began = False
         self._failure = None
         self._begin()
-        master = self.learn.engine.is_master_process  # several processes draw one picture: the master's
-        widget = master and (self.mode == "widget" or (self.mode == "auto" and in_notebook()))
-        peer = next((cb for cb in self.learn.cbs if isinstance(cb, LivePlotCore) and cb._began), None)
-        if peer is not None and peer.line.file is self.line.file:
-            self.line = peer.line  # one line for the fit's plots, each with its part
-        self._open(widget, shown=ipython_shell() is not None, peer=peer)
-        self.throttle.charge(time.perf_counter() - started)  # opening the plot is part of what it costs the fit
-        self._drawing = master
+        self._drawing = _open_output(self, started)  # charges what this took, `_begin` too, to the fit's budget
         self._began = True
-
-    def _open(self, widget: bool, shown: bool, peer: LivePlotCore | None = None) -> None:
-        "Open the live figure (widget mode; shown in a notebook output if `shown`), or get ready to write text."
-        self.live = None
-        if widget:
-            self.live = LiveFigure(self.figsize, self.dpi, self.every_ms, self.max_overhead)
-        self.throttle = self.live.throttle if widget else Throttle(self.every_ms, self.max_overhead)
-        self.throttle.start(peer.throttle if peer is not None else None)  # one budget for the fit's plots
-        if widget and shown:
-            self._open_controls()
-            waiting = peer is None or peer.live is None  # one "waiting" line a fit, not one a plot
-            self.live.show("waiting for the first batch" if waiting else "")  # first, then the artists: it opens at once
-        if widget:
-            with rc_context(_FIXED_TITLES):
-                self.live.animate(*self._artists(self.live.fig))
 
     def on_batch_end(self):
         if self.learn.training and self._drawing and self.throttle.due():
-            self._update()
-            if not self._drawing:  # the draw failed: say so in the output at once
-                self._settle()
+            _update(self)
 
     def on_train_end(self):
         if not self._began:  # another callback failed before this one began: leave its error alone
             return
         self._began = False
-        if self.live is None:
-            self._collect()
-            summary = self._summary()
-            if summary is not None:
-                self.line.finish(f"{type(self).__name__}: {summary}", key=self)
-        elif self._drawing:
-            self._update(final=True)
-        self._settle()
-
-    def _settle(self) -> None:
-        "Where the live figure was never drawn, put a line in its place that says why: never a stale placeholder."
-        _note_nothing_drawn(self.live, type(self).__name__, self._failure, self._drawing)
+        _finish(self)
 
     def close(self) -> None:
         "Stop drawing; training goes on, and `plot()`/`save()` still work."
         self._drawing = False
-        self._settle()
+        _note_nothing_drawn(self)

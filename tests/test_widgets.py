@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import looplab.widgets as widgets
+from looplab.blit import BlitFigure
 from looplab.widgets import LiveFigure, ProgressLine, Throttle, in_notebook
 
 from helpers import PNG
@@ -179,7 +180,7 @@ def test_live_titles_held_at_a_fixed_height_are_where_matplotlib_would_place_the
 
     def picture(plot, fixed):
         with matplotlib.rc_context(widgets._FIXED_TITLES if fixed else {}):
-            figure = widgets.BlitFigure(plot.figsize, plot.dpi)
+            figure = BlitFigure(plot.figsize, plot.dpi)
             artists = plot._artists(figure.fig)
         figure.animate(*artists)
         plot._fill(figure.fig, artists, grow=False)
