@@ -52,7 +52,7 @@ def _reworded(e: Exception, message: str) -> Exception:
     except Exception:
         return RuntimeError(message)
 
-def _where(learn) -> str:
+def _which_batch(learn) -> str:
     "Which batch of which epoch, for error messages."
     return f"{'training' if learn.training else 'validation'} batch {learn.iter} of epoch {learn.epoch}"
 
@@ -85,9 +85,9 @@ def checked_call(learn, what: str, fn: Callable, x, preds=_MODEL):
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
         given = f"xb {_shape(x)}" if preds is _MODEL else f"preds {_shape(preds)}"
         hint = _model_hint(x, e) if preds is _MODEL else ""
-        raise _reworded(e, f"{what} failed on {_where(learn)} ({given}, yb {_shape(learn.yb)}): {e}{hint}") from e
+        raise _reworded(e, f"{what} failed on {_which_batch(learn)} ({given}, yb {_shape(learn.yb)}): {e}{hint}") from e
     if preds is not _MODEL and getattr(out, "ndim", None) != 0:
-        raise ValueError(f"loss_func must return a scalar tensor, got {_shape(out)} on {_where(learn)}; "
+        raise ValueError(f"loss_func must return a scalar tensor, got {_shape(out)} on {_which_batch(learn)}; "
                          "use a mean (e.g. reduction='mean')")
     return out
 
@@ -108,5 +108,5 @@ def checked_backward(learn, backward: Callable, *args) -> None:
         backward(*args)
     except RuntimeError as e:
         cause = next((c for fragment, c in _BACKWARD_CAUSES.items() if fragment in str(e)), None)
-        message = f"backward failed on {_where(learn)}: {e}" + (f"\nThe usual cause: {cause}." if cause else "")
+        message = f"backward failed on {_which_batch(learn)}: {e}" + (f"\nThe usual cause: {cause}." if cause else "")
         raise _reworded(e, message) from e

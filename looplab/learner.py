@@ -6,9 +6,6 @@
 from __future__ import annotations
 
 import copy
-import signal
-import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import islice
@@ -30,9 +27,11 @@ from .errors import as_engine, check_learner_args, checked_backward, checked_cal
 from .inference import LearnerFiles, LearnerInference
 from .metrics import as_reducers
 from .recorder import ProgressCallback, Recorder
+from .run_state import LoopState
+from .stop import StopAsked, settle_stop, stop_between_batches, stop_error
 
 # %% auto #0
-__all__ = ['LoopState', 'LearnerBase', 'Learner']
+__all__ = ['LearnerBase', 'Learner']
 
 # %% ../nbs/04_learner.ipynb #72649173
 def _as_list(cbs) -> list:
@@ -63,6 +62,14 @@ def _check_train_data(learn) -> None:
         raise ValueError("the training dataloader dls.train is empty (0 batches): check the dataset's length "
                          "and that batch_size is not larger than the dataset with drop_last=True")
 
+def _checked_opt(opt):
+    "`opt` if it is an optimizer (with step, zero_grad and param_groups); a TypeError naming what it lacks otherwise."
+    missing = [name for name in ("step", "zero_grad", "param_groups") if not hasattr(opt, name)]
+    if missing:
+        raise TypeError(f"opt_func(params, lr=lr) must return an optimizer (with step, zero_grad and "
+                        f"param_groups), got {opt!r} of type {type(opt).__name__}, without {', '.join(missing)}")
+    return opt
+
 def _prepare_opts(learn, lr: float | None) -> None:
     "The optimizers for this fit: made if there are none, checked against the engine, at LR `lr` if given."
     if not learn.opts:
@@ -82,6 +89,21 @@ def _prepare_opts(learn, lr: float | None) -> None:
     for opt in learn.opts.values():
         move_optimizer_state(opt)  # to the devices init_components put the parameters on
 
+def _check_clip_fn(learn) -> None:
+    "Refuse a `clip_fn` the engine could not call (set by the user, or by a callback's `on_train_begin`)."
+    if learn.clip_fn is not None and not callable(learn.clip_fn):
+        raise TypeError(f"learn.clip_fn must be None or callable as clip_fn(params), e.g. lambda "
+                        f"params: torch.nn.utils.clip_grad_norm_(params, 1.0); got {learn.clip_fn!r}")
+
+def _start_epoch_order(learn, first_iter: int) -> None:
+    "This epoch's training order, from (seed, epoch), started at batch `first_iter`; `epoch_len` the whole epoch's."
+    order = learn.train_order
+    if order is not None:
+        order.set_epoch(learn.epoch)
+    learn.epoch_len = loader_len(learn.dls.train)  # before set_start_iter: the whole epoch's length
+    if order is not None and first_iter:
+        order.set_start_iter(first_iter)
+
 # %% ../nbs/04_learner.ipynb #3937a5f7
 def _optimizer_step(learn) -> bool:
     "The engine's step of `learn.opt`; for LBFGS and kin, through a closure that evaluates the batch again, with its events."
@@ -98,135 +120,6 @@ def _optimizer_step(learn) -> bool:
         return learn.engine.optimizer_step(learn.loss_grad, learn.model, learn.opt, learn.clip_fn, closure=evaluate)
     finally:
         learn.preds, learn.loss_grad = first
-
-# %% ../nbs/04_learner.ipynb #4f814404
-class _Stop(CancelFitException):
-    "An interrupt asked `fit` to stop: raised between two batches, so each open phase ends with its `_cancel` event."
-
-def _settle_stop(learn) -> None:
-    "After an interrupt: mark a training batch cut short (no exact position) and clear its half-made gradients."
-    learn.loop.cut_short = learn.loop.phase == "train" and learn.n_iter != learn.loop.done_n_iter
-    learn.loop.stop_asked = False  # a press while on_train_end draws asks again: only a second one cuts it short
-    if learn.loop.cut_short:
-        for opt in learn.opts.values():
-            opt.zero_grad()  # the half batch's gradients must not reach the next fit's first step
-
-def _stop_line(learn, interrupt: BaseException) -> str:
-    "Where an interrupt stopped `learn`'s fit, in one line (after `_settle_stop`)."
-    name = "KeyboardInterrupt" if isinstance(interrupt, _Stop) else type(interrupt).__name__
-    epoch = f"epoch {learn.epoch + 1}/{learn.n_epochs}"
-    batch = f"batch {learn.iter + 1}" + (f"/{learn.epoch_len}" if learn.epoch_len is not None else "")
-    if learn.loop.cut_short:
-        return (f"fit stopped by {name} inside {batch} of {epoch}, before that batch ended: "
-                "the learner can fit again, but this moment has no exact position to checkpoint (see learn.position)")
-    places = {"train": f"at {epoch}, after {batch}", "validate": f"in the validation of {epoch}",
-              "epoch_end": f"at the end of {epoch}", "idle": "outside the epochs (in on_train_begin or on_train_end)"}
-    return f"fit stopped by {name} {places[learn.loop.phase]}; the learner is consistent: fit again or checkpoint it"
-
-@contextmanager
-def _stop_between_batches(learn):
-    "While `fit` runs, the first SIGINT asks `learn` to stop after the batch; the second raises at once."
-    learn.loop.stop_asked = False
-    learn.loop.cut_short = False
-    learn.stopped = None
-    learn.loop.done_n_iter = learn.n_iter
-    def ask(signum, frame):
-        if learn.loop.stop_asked:
-            raise KeyboardInterrupt  # a second press: stop now, wherever the loop is
-        learn.loop.stop_asked = True
-    handler = signal.getsignal(signal.SIGINT)  # Python's, or `_press_after_stop` after a stop earlier in this cell
-    own = (threading.current_thread() is threading.main_thread() and learn.engine.world_size == 1
-           and handler in (signal.default_int_handler, _press_after_stop))
-    if own:
-        signal.signal(signal.SIGINT, ask)
-    try:
-        yield
-        if learn.loop.stop_asked and learn.stopped is None:  # pressed in on_train_end, after the epochs
-            raise _Stop
-    except (KeyboardInterrupt, _Stop) as interrupt:  # or pressed twice there: fit still ends with the one line
-        if learn.stopped is None:
-            _settle_stop(learn)
-            learn.stopped = _stop_line(learn, interrupt)
-    finally:
-        learn.loop.stop_asked = False  # validate() after this fit must not stop
-        if own and not (learn.stopped is not None and _hold_presses()):
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-
-# %% ../nbs/04_learner.ipynb #777c61ea
-def _stop_error(line: str) -> KeyboardInterrupt:
-    "The KeyboardInterrupt a stopped fit raises: IPython shows `line` alone; `%tb` shows the whole traceback."
-    error = KeyboardInterrupt(line)
-    shown = []  # renderings so far: the first is the cell's output
-
-    def render() -> list[str]:
-        shown.append(True)
-        if len(shown) == 1:
-            return [f"{line} (%tb shows the traceback)"]
-        shell = _ipython()
-        return shell.InteractiveTB.structured_traceback(type(error), error, error.__traceback__)
-    error._render_traceback_ = render  # on the instance: IPython asks `hasattr(value, "_render_traceback_")`
-    return error
-
-def _ipython():
-    "The running IPython shell, or None (a script that never imported IPython)."
-    ipython = sys.modules.get("IPython")
-    return None if ipython is None else ipython.get_ipython()
-
-def _press_after_stop(signum, frame) -> None:
-    "SIGINT's handler from a stop until IPython has shown its line: a second press adds nothing."
-
-def _hold_presses() -> bool:
-    "After a stop, in IPython: ignore presses until the cell has ended, then Python's handler again; False elsewhere."
-    shell = _ipython()
-    if shell is None:
-        return False
-    signal.signal(signal.SIGINT, _press_after_stop)
-
-    def release(result=None) -> None:
-        shell.events.unregister("post_run_cell", release)
-        if signal.getsignal(signal.SIGINT) is _press_after_stop:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-    shell.events.register("post_run_cell", release)
-    return True
-
-# %% ../nbs/04_learner.ipynb #9c600ed9
-class LoopState:
-    "Where a run stands: the loop's phase, where a pause would continue, what the next fit resumes, what a stop left."
-    def __init__(self):
-        self.phase = "idle"  # idle, train, validate or epoch_end: set by the loop as it goes
-        self.in_batch = False  # inside a training batch, before its zero_grad: no checkpoint can resume here
-        self.trained = 0  # training batches of the current epoch, once its training part ended
-        self.idle_at = (0, 0)  # (epoch, batch) where the run stands between fits
-        self.resume = None  # (epoch, batch, restore) for the next fit, or None
-        self.done_n_iter = 0  # `n_iter` when the last training batch ended (or the fit began)
-        self.stop_asked = False  # an interrupt asked this fit to stop after the current batch
-        self.cut_short = False  # the last stop came inside a training batch: no exact position
-
-    def position(self, epoch: int, iter: int, stopped: str | None) -> tuple[int, int]:
-        "(epoch, batch) where the run, paused now, would continue; refused after a stop inside a training batch."
-        if self.cut_short and self.phase == "idle" and self.resume is None:  # a loaded state has its position
-            raise ValueError(f"learn.position has no exact answer: {stopped.split(':')[0]}, so the weights, "
-                             "optimizer and random generators hold part of a batch, and a checkpoint of this moment "
-                             "would not resume as the uninterrupted run. Fit again, and checkpoint after a stop "
-                             "between two batches (press Stop once: the fit ends after the current batch)")
-        if self.phase == "train":
-            return epoch, iter + 1  # the current training batch counts as done
-        if self.phase == "validate":
-            return epoch, self.trained
-        if self.phase == "epoch_end":
-            return epoch + 1, 0
-        return self.idle_at
-
-    def batch_over(self, n_iter: int) -> None:
-        "A batch ended (or was cancelled): a stop now comes between two batches."
-        self.done_n_iter = n_iter
-        self.in_batch = False
-
-    def fit_over(self, position: tuple[int, int]) -> None:
-        "The fit left its epochs, standing at `position`."
-        self.idle_at = position
-        self.phase = "idle"
-        self.in_batch = False  # an interrupt inside a batch is `position`'s to refuse (above)
 
 # %% ../nbs/04_learner.ipynb #b691fd70
 class LearnerBase:
@@ -254,7 +147,7 @@ class LearnerBase:
         self.training = self.step_skipped = False
         self.dl = self.xb = self.yb = self.preds = self.loss = self.loss_grad = None
         self.stopped: str | None = None  # the line that says where an interrupt stopped the last fit
-        self.loop = LoopState()  # where the run stands (above)
+        self.loop = LoopState()  # where the run stands (notebook 03d_run_state)
         self.recorder = Recorder()
         self.progress = progress if isinstance(progress, ProgressCallback) else ProgressCallback()
         self.cbh = CallbackHandler(learn=self)
@@ -282,11 +175,7 @@ class LearnerBase:
 
     def create_opt(self) -> None:
         "Create the optimizer `opts['main']` from `opt_func`, the model's parameters and `lr`; make it `opt`."
-        opt = self.opt_func(self.model.parameters(), lr=self.lr)
-        missing = [name for name in ("step", "zero_grad", "param_groups") if not hasattr(opt, name)]
-        if missing:
-            raise TypeError(f"opt_func(params, lr=lr) must return an optimizer (with step, zero_grad and "
-                            f"param_groups), got {opt!r} of type {type(opt).__name__}, without {', '.join(missing)}")
+        opt = _checked_opt(self.opt_func(self.model.parameters(), lr=self.lr))
         self.opts = {"main": opt}
         self.opt = opt
 
@@ -318,20 +207,17 @@ class LearnerBase:
     @property
     def resuming(self) -> bool:
         "Whether the next `fit` continues a paused run (`resume_at`) rather than starting at epoch 0."
-        return self.loop.resume is not None
+        return self.loop.resuming
 
     def resume_at(self, epoch: int, batch: int, restore: Callable[[], None]) -> None:
         "Make the next `fit` start at `batch` of `epoch`, calling `restore()` where the loop stood when paused."
         check_mid_epoch(not batch or self.can_start_mid_epoch,
                         f"this run paused in the middle of epoch {epoch} (after batch {batch})", self.dls.train)
-        self.loop.idle_at = (epoch, batch)
-        self.loop.resume = (epoch, batch, restore)
+        self.loop.resume_at(epoch, batch, restore)
 
     def set_position(self, epoch: int, batch: int) -> None:
         "Say that the run stands at (`epoch`, `batch`), with nothing to resume: the next `fit` starts at epoch 0."
-        self.loop.idle_at = (epoch, batch)
-        self.loop.resume = None
-        self.loop.cut_short = False
+        self.loop.set_position(epoch, batch)
 
 # %% ../nbs/04_learner.ipynb #685ff77f
 @contextmanager
@@ -377,12 +263,12 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
         self.n_epochs = n_epochs
         try:
             _check_owner(self.cbh)
-            with _resume_kept(self, n_epochs) as start, _stop_between_batches(self):
+            with _resume_kept(self, n_epochs) as start, stop_between_batches(self):
                 self._fit(lr, *start)
         finally:
             self.cbh.remove(*[cb for cb in fit_cbs if any(cb is c for c in self.cbh.cbs)])
         if self.stopped is not None:  # an interrupt stopped the fit, and every `finally` above has run
-            raise _stop_error(self.stopped) from None  # one line, not the traceback through the loop
+            raise stop_error(self.stopped) from None  # one line, not the traceback through the loop
 
     def _fit(self, lr: float | None, first_epoch: int, first_iter: int, restore) -> None:
         "The engine's model, `on_train_begin`, the epochs from (`first_epoch`, `first_iter`); `on_train_end` whatever happens."
@@ -391,17 +277,14 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
             _prepare_opts(self, lr)
             self.cbh.running = tuple(self.cbh.cbs)  # a callback removed from now on is closed as it goes
             self.cbh("on_train_begin")
-            if self.clip_fn is not None and not callable(self.clip_fn):
-                raise TypeError(f"learn.clip_fn must be None or callable as clip_fn(params), e.g. lambda "
-                                f"params: torch.nn.utils.clip_grad_norm_(params, 1.0); got {self.clip_fn!r}")
+            _check_clip_fn(self)
             if restore is not None and first_epoch >= self.n_epochs:
                 restore()
             for epoch in range(first_epoch, self.n_epochs):
                 self.epoch = epoch
                 self._do_epoch(first_iter if epoch == first_epoch else 0, restore if epoch == first_epoch else None)
-        except (KeyboardInterrupt, _Stop) as interrupt:
-            _settle_stop(self)
-            self.stopped = _stop_line(self, interrupt)
+        except (KeyboardInterrupt, StopAsked) as interrupt:
+            self.stopped = settle_stop(self, interrupt)
         except CancelFitException:
             pass
         finally:
@@ -415,18 +298,13 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
     def _do_epoch(self, first_iter: int, resume) -> None:
         self.loop.phase = "train"
         self.iter = first_iter - 1  # the last batch already trained on: none yet in this epoch
-        order = self.train_order
-        if order is not None:
-            order.set_epoch(self.epoch)
-        self.epoch_len = loader_len(self.dls.train)  # before set_start_iter: the whole epoch's length
-        if order is not None and first_iter:
-            order.set_start_iter(first_iter)
+        _start_epoch_order(self, first_iter)
         if resume is not None and first_iter == 0:
             resume()  # paused at the end of the previous epoch: continue from before on_epoch_begin
             resume = None
         self._phase("epoch", self._epoch, first_iter, resume)
         if self.loop.stop_asked:
-            raise _Stop()  # asked during on_epoch_end
+            raise StopAsked()  # asked during on_epoch_end
 
     def _epoch(self, first_iter: int, resume) -> None:
         self._train_epoch(first_iter, resume)
@@ -479,7 +357,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
             raise
         self.loop.batch_over(self.n_iter)
         if self.loop.stop_asked:
-            raise _Stop()  # between two batches: a position a checkpoint resumes exactly
+            raise StopAsked()  # between two batches: a position a checkpoint resumes exactly
 
     def _batch(self) -> None:
         self._forward()
@@ -488,7 +366,7 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
             self._phase("backward", self._backward)
             self.step_skipped = False
             self._phase("step", self._step)
-            self._phase("zero_grad", self._zero_grad)
+            self._phase("zero_grad", self.engine.zero_grad, self.loss_grad, self.model, self.opt)
             self.loop.in_batch = False  # on_batch_end sees a finished batch
 
     def _forward(self) -> None:
@@ -507,9 +385,6 @@ class Learner(LearnerInference, LearnerFiles, LearnerBase):
         if self.step_skipped:
             raise CancelStepException()  # inf or NaN gradients: a cancelled step, not counted
         self.n_steps += 1
-
-    def _zero_grad(self) -> None:
-        self.engine.zero_grad(self.loss_grad, self.model, self.opt)
 
     def _phase(self, name: str, body: Callable, *args) -> None:
         "`on_{name}_begin`, `body(*args)`, `on_{name}_end`; a cancel inside runs `on_{name}_cancel`, a broader one goes on up."

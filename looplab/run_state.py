@@ -14,7 +14,62 @@ from .checks import check_mid_epoch, check_optimizer_names, check_same_model
 from .files import rng_state, set_rng_state
 
 # %% auto #0
-__all__ = ['learner_state', 'unsaved_callback_tensors', 'load_learner_state', 'optimizer_mismatch', 'check_fits']
+__all__ = ['LoopState', 'learner_state', 'unsaved_callback_tensors', 'load_learner_state', 'optimizer_mismatch', 'check_fits']
+
+# %% ../nbs/03d_run_state.ipynb #9c600ed9
+class LoopState:
+    "Where a run stands: the loop's phase, where a pause would continue, what the next fit resumes, what a stop left."
+    def __init__(self):
+        self.phase = "idle"  # idle, train, validate or epoch_end: set by the loop as it goes
+        self.in_batch = False  # inside a training batch, before its zero_grad: no checkpoint can resume here
+        self.trained = 0  # training batches of the current epoch, once its training part ended
+        self.idle_at = (0, 0)  # (epoch, batch) where the run stands between fits
+        self.resume = None  # (epoch, batch, restore) for the next fit, or None
+        self.done_n_iter = 0  # `n_iter` when the last training batch ended (or the fit began)
+        self.stop_asked = False  # an interrupt asked this fit to stop after the current batch
+        self.cut_short = False  # the last stop came inside a training batch: no exact position
+
+    def position(self, epoch: int, iter: int, stopped: str | None) -> tuple[int, int]:
+        "(epoch, batch) where the run, paused now, would continue; refused after a stop inside a training batch."
+        if self.cut_short and self.phase == "idle" and self.resume is None:  # a loaded state has its position
+            raise ValueError(f"learn.position has no exact answer: {stopped.split(':')[0]}, so the weights, "
+                             "optimizer and random generators hold part of a batch, and a checkpoint of this moment "
+                             "would not resume as the uninterrupted run. Fit again, and checkpoint after a stop "
+                             "between two batches (press Stop once: the fit ends after the current batch)")
+        if self.phase == "train":
+            return epoch, iter + 1  # the current training batch counts as done
+        if self.phase == "validate":
+            return epoch, self.trained
+        if self.phase == "epoch_end":
+            return epoch + 1, 0
+        return self.idle_at
+
+    @property
+    def resuming(self) -> bool:
+        "Whether the next `fit` continues a paused run rather than starting at epoch 0."
+        return self.resume is not None
+
+    def resume_at(self, epoch: int, batch: int, restore) -> None:
+        "The next `fit` starts at (`epoch`, `batch`) and calls `restore()` at the moment of the loop where the run paused."
+        self.idle_at = (epoch, batch)
+        self.resume = (epoch, batch, restore)
+
+    def set_position(self, epoch: int, batch: int) -> None:
+        "The run stands at (`epoch`, `batch`), with nothing to resume and no batch cut short."
+        self.idle_at = (epoch, batch)
+        self.resume = None
+        self.cut_short = False
+
+    def batch_over(self, n_iter: int) -> None:
+        "A batch ended (or was cancelled): a stop now comes between two batches."
+        self.done_n_iter = n_iter
+        self.in_batch = False
+
+    def fit_over(self, position: tuple[int, int]) -> None:
+        "The fit left its epochs, standing at `position`."
+        self.idle_at = position
+        self.phase = "idle"
+        self.in_batch = False  # an interrupt inside a batch is `position`'s to refuse (above)
 
 # %% ../nbs/03d_run_state.ipynb #c5a749c3
 def learner_state(learn, warn: bool = True) -> dict:
