@@ -19,7 +19,8 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from .checks import check_int
-from .widgets import FigurePlot, png_bytes, ipython_shell, in_notebook
+from .stop import ipython_shell
+from .widgets import FigurePlot, png_bytes, in_notebook
 
 # %% auto #0
 __all__ = ['served', 'SamplerPlot']

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from .callback import CancelFitException
 
 # %% auto #0
-__all__ = ['StopAsked', 'settle_stop', 'stop_between_batches', 'stop_error']
+__all__ = ['StopAsked', 'settle_stop', 'stop_between_batches', 'stop_error', 'ipython_shell']
 
 # %% ../nbs/03e_stop.ipynb #7ba75c8f
 class StopAsked(CancelFitException):
@@ -78,13 +78,13 @@ def stop_error(line: str) -> KeyboardInterrupt:
         shown.append(True)
         if len(shown) == 1:
             return [f"{line} (%tb shows the traceback)"]
-        shell = _ipython()
+        shell = ipython_shell()
         return shell.InteractiveTB.structured_traceback(type(error), error, error.__traceback__)
     error._render_traceback_ = render  # on the instance: IPython asks `hasattr(value, "_render_traceback_")`
     return error
 
-def _ipython():
-    "The running IPython shell, or None (a script that never imported IPython)."
+def ipython_shell():
+    "The running IPython shell, or None (a script that never imported IPython): looked up, never imported."
     ipython = sys.modules.get("IPython")
     return None if ipython is None else ipython.get_ipython()
 
@@ -93,7 +93,7 @@ def _press_after_stop(signum, frame) -> None:
 
 def _hold_presses() -> bool:
     "After a stop, in IPython: ignore presses until the cell has ended, then Python's handler again; False elsewhere."
-    shell = _ipython()
+    shell = ipython_shell()
     if shell is None:
         return False
     signal.signal(signal.SIGINT, _press_after_stop)

@@ -11,7 +11,6 @@ import inspect
 import io
 import math
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -25,10 +24,11 @@ from .blit import BlitFigure
 from .callback import Callback
 from .checks import check_int, check_number
 from .progress import ProgressLine  # notebook 03a's, importable from here too
+from .stop import ipython_shell  # notebook 03e's: IPython's running shell, never importing IPython
 
 # %% auto #0
-__all__ = ['in_notebook', 'ipython_shell', 'Throttle', 'LiveFigure', 'grown_limits', 'hold_batches', 'check_figsize',
-           'ShownFigure', 'FigurePlot', 'png_bytes', 'LivePlotWarning', 'LivePlot']
+__all__ = ['in_notebook', 'Throttle', 'LiveFigure', 'grown_limits', 'hold_batches', 'check_figsize', 'ShownFigure', 'FigurePlot',
+           'png_bytes', 'LivePlotWarning', 'LivePlot']
 
 # %% ../nbs/05_live_plots.ipynb #af29a7df
 def in_notebook() -> bool:
@@ -37,13 +37,6 @@ def in_notebook() -> bool:
         return False
     shell = ipython_shell()
     return shell is not None and getattr(shell, "kernel", None) is not None
-
-def ipython_shell():
-    "The running IPython shell, or None (in a script that never imported IPython)."
-    ipython = sys.modules.get("IPython")
-    if ipython is None:
-        return None
-    return ipython.get_ipython()
 
 # %% ../nbs/05_live_plots.ipynb #4a2b5ce2
 class Throttle:
