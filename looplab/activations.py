@@ -85,21 +85,34 @@ def _sample_of(a: torch.Tensor, size: int | None, positions: dict) -> torch.Tens
         positions[key] = _sample_index(a.numel(), size, a.device)
     return a.index_select(0, positions[key])  # a copy
 
+def _rows_of(kept: list[list], settings: tuple) -> torch.Tensor:
+    "(batches, layers, 3 + bins) rows of `kept`, each batch's activations per layer, in one `activation_rows` call: NaN for a layer that did not run (None)."
+    acts = [a for batch in kept for a in batch]
+    present = [a for a in acts if a is not None]
+    if present:
+        rows = activation_rows([present[0].new_empty(0) if a is None else a for a in acts], *settings)
+        for k in (k for k, a in enumerate(acts) if a is None):
+            rows[k] = math.nan
+    else:
+        rows = torch.full((len(acts), 3 + settings[0]), math.nan)
+    return rows.view(len(kept), len(kept[0]), -1)
+
 # %% ../nbs/07c_activations.ipynb #43eaaf43
 class _RowBuffer:
     "A fit's rows, one per layer and training batch: each batch's activations kept on the device, described together, moved to the CPU at a flush."
     flush_every = 4096  # batches held on the device at most, before one transfer
     reduce_above = 2**24  # activations kept at most before their rows are computed (64 MB of float32)
 
-    def __init__(self, n_layers: int, bins: int, hist_max: float, zero_below: float):
-        self.n_layers = n_layers
+    def __init__(self, names: list[str], bins: int, hist_max: float, zero_below: float):
+        self.names = names  # the layers' names, in the order of their rows
+        self.n_layers = len(names)
         self.settings = (bins, hist_max, zero_below)  # activation_rows' settings
-        self.batch: list = [None] * n_layers  # this batch's kept activations per layer
+        self.batch: list = [None] * self.n_layers  # this batch's kept activations per layer
         self.kept: list[list] = []  # per batch not yet described, each layer's kept activations (None: it did not run)
         self.n_kept = 0  # activations in kept
         self.pending: list[torch.Tensor] = []  # rows described, not yet transferred: (batches, layers, 3 + bins) each
         self.n_pending = 0  # batches in pending
-        self.rows = torch.zeros(0, n_layers, 3 + bins)  # (batches, layers, 3 + bins), on the CPU
+        self.rows = torch.zeros(0, self.n_layers, 3 + bins)  # (batches, layers, 3 + bins), on the CPU
 
     def __len__(self) -> int:
         "The training batches recorded, on the CPU or not yet."
@@ -126,20 +139,11 @@ class _RowBuffer:
             self.flush()
 
     def _describe(self) -> None:
-        "The rows of every batch kept, in one `activation_rows` call on the device; NaN for a layer that did not run."
-        if not self.kept:
-            return
-        acts = [a for batch in self.kept for a in batch]
-        present = [a for a in acts if a is not None]
-        if present:
-            rows = activation_rows([present[0].new_empty(0) if a is None else a for a in acts], *self.settings)
-            for k in (k for k, a in enumerate(acts) if a is None):
-                rows[k] = math.nan
-        else:
-            rows = torch.full((len(acts), self.rows.shape[2]), math.nan)
-        self.pending.append(rows.view(len(self.kept), self.n_layers, -1))
-        self.n_pending += len(self.kept)
-        self.kept, self.n_kept = [], 0
+        "The rows of every batch kept, in one `activation_rows` call on the device."
+        if self.kept:
+            self.pending.append(_rows_of(self.kept, self.settings))
+            self.n_pending += len(self.kept)
+            self.kept, self.n_kept = [], 0
 
     def flush(self) -> None:
         "Describe the batches kept, then move their rows to the CPU: one transfer for every layer and batch."
@@ -148,6 +152,11 @@ class _RowBuffer:
             return
         self.rows = torch.cat([self.rows, torch.cat(self.pending).cpu()])
         self.pending, self.n_pending = [], 0
+
+    def columns(self, cols) -> dict[str, np.ndarray]:
+        "Layer name → column(s) `cols` of its rows at each training batch, the batches kept flushed first."
+        self.flush()
+        return {name: self.rows[:, i, cols].numpy() for i, name in enumerate(self.names)}
 
 # %% ../nbs/07c_activations.ipynb #f500ef38
 class ActivationStatsWarning(FutureWarning):
@@ -180,7 +189,7 @@ class ActivationStats(HookCallback):
         self._clear()
 
     def _clear(self) -> None:
-        self._buffer = _RowBuffer(len(self.names), self.bins, self.hist_max, self.zero_below)
+        self._buffer = _RowBuffer(self.names, self.bins, self.hist_max, self.zero_below)
         self.n_calls = {name: 0 for name in self.names}  # forwards recorded per layer: > n_batches if run twice
         self._warned = False
 
@@ -223,32 +232,28 @@ class ActivationStats(HookCallback):
         "Training batches recorded: one row per layer each, however many times a layer ran in the batch."
         return len(self._buffer)
 
-    def _columns(self, cols) -> dict[str, np.ndarray]:
-        self.flush()
-        return {name: self._buffer.rows[:, i, cols].numpy() for i, name in enumerate(self.names)}
-
     @property
     def means(self) -> dict[str, np.ndarray]:
         "Layer name → the mean activation at each training batch."
         _tell_not_miniai(self.sample)
-        return self._columns(0)
+        return self._buffer.columns(0)
 
     @property
     def stds(self) -> dict[str, np.ndarray]:
         "Layer name → the std of the activations at each training batch."
         _tell_not_miniai(self.sample)
-        return self._columns(1)
+        return self._buffer.columns(1)
 
     @property
     def near_zero(self) -> dict[str, np.ndarray]:
         "Layer name → the share of activations with |a| < `zero_below` at each training batch."
-        return self._columns(2)
+        return self._buffer.columns(2)
 
     @property
     def hists(self) -> dict[str, np.ndarray]:
         "Layer name → (batches, `bins`) shares of |a| in equal bins over [0, `hist_max`], the last holding all above."
         _tell_not_miniai(self.sample)
-        return self._columns(slice(3, None))
+        return self._buffer.columns(slice(3, None))
 
     def state_dict(self) -> dict:
         self.flush()
@@ -256,19 +261,7 @@ class ActivationStats(HookCallback):
                 "zero_below": self.zero_below, "sample": self.sample, "rows": self._buffer.rows.clone()}
 
     def load_state_dict(self, state: dict) -> None:
-        keys = ("names", "bins", "hist_max", "zero_below", "sample", "rows")
-        lacks = [key for key in keys if key not in state]
-        if lacks:
-            raise ValueError(f"an ActivationStats state holds {', '.join(keys)}; this one lacks {', '.join(lacks)}: "
-                             "load what ActivationStats.state_dict() returned")
-        mine = {"bins": self.bins, "hist_max": self.hist_max, "zero_below": self.zero_below, "sample": self.sample}
-        saved = {key: state[key] for key in mine}
-        if saved != mine:
-            raise ValueError(f"the saved ActivationStats used {saved}, this one {mine}: build it with the same "
-                             "bins, hist_max, zero_below and sample")
-        if self.hooks is not None and list(state["names"]) != self.names:
-            raise ValueError(f"the saved ActivationStats hooked {state['names']}, this one hooks {self.names}: "
-                             "select the same modules")
+        _check_saved_state(state, self)
         self.names = list(state["names"])
         self._clear()
         self._buffer.rows = state["rows"].clone().float()
@@ -281,13 +274,30 @@ class ActivationStats(HookCallback):
         "Each layer's mean, std (log scale) and share of near-zero activations, per training batch."
         return _StatsFigure(self, _draw_curves, check_figsize(figsize) or (10.5, 3.4), dpi)
 
+# %% ../nbs/07c_activations.ipynb #d3f81a6e
+def _check_saved_state(state: dict, stats: ActivationStats) -> None:
+    "Refuse a state that `stats` cannot load: a key missing, other settings, or (once hooked) other layers."
+    keys = ("names", "bins", "hist_max", "zero_below", "sample", "rows")
+    lacks = [key for key in keys if key not in state]
+    if lacks:
+        raise ValueError(f"an ActivationStats state holds {', '.join(keys)}; this one lacks {', '.join(lacks)}: "
+                         "load what ActivationStats.state_dict() returned")
+    mine = {"bins": stats.bins, "hist_max": stats.hist_max, "zero_below": stats.zero_below, "sample": stats.sample}
+    saved = {key: state[key] for key in mine}
+    if saved != mine:
+        raise ValueError(f"the saved ActivationStats used {saved}, this one {mine}: build it with the same "
+                         "bins, hist_max, zero_below and sample")
+    if stats.hooks is not None and list(state["names"]) != stats.names:
+        raise ValueError(f"the saved ActivationStats hooked {state['names']}, this one hooks {stats.names}: "
+                         "select the same modules")
+
 # %% ../nbs/07c_activations.ipynb #a5bb0531
 def _draw_hists(fig: Figure, stats: ActivationStats) -> None:
     images, _ = hist_panels(fig, stats.labels, stats.hist_max, stats.n_batches)
-    show_hists(images, stats._columns(slice(3, None)))
+    show_hists(images, stats._buffer.columns(slice(3, None)))
 
 def _draw_curves(fig: Figure, stats: ActivationStats) -> None:
-    stats_panels(fig, stats.labels, stats._columns(0), stats._columns(1), stats.near_zero, stats.zero_below)
+    stats_panels(fig, stats.labels, stats._buffer.columns(0), stats._buffer.columns(1), stats.near_zero, stats.zero_below)
 
 class _StatsFigure(FigurePlot):
     "A static picture of an ActivationStats, drawn by `draw(fig, stats)`; `save` is FigurePlot's."
@@ -363,7 +373,7 @@ class ActivationPlot(FitProgress):
 
     def _fill(self, fig: Figure, artists: list, grow: bool) -> None:
         n_layers = len(self.stats.names)
-        show_hists(artists[:n_layers], self.stats._columns(slice(3, None)))
+        show_hists(artists[:n_layers], self.stats._buffer.columns(slice(3, None)))
         show_curves(artists[n_layers:], self.stats.near_zero)
         hold_panels(fig, self.stats.n_batches, grow)  # the final picture, or plot(): what was done; else growing
 
