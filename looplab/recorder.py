@@ -80,10 +80,38 @@ class _StepHypers:
             self._read_from = of or (None, None)
         return self.latest
 
+# %% ../nbs/03b_recorder.ipynb #1702c14e
+class _PendingLosses:
+    "Training losses kept as tensors, with their batches' items, until one host sync converts them all."
+    def __init__(self):
+        self.losses: list[torch.Tensor] = []
+        self.sizes: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.losses)
+
+    def add(self, loss: torch.Tensor, n: int) -> int:
+        "Keep the loss of a batch of `n` items; return how many are pending."
+        self.losses.append(loss)
+        self.sizes.append(n)
+        return len(self.losses)
+
+    def move_to(self, history: list[float]) -> tuple[list[float], list[int]]:
+        "Convert the losses to floats in one host sync and append them to `history`; return them with their items."
+        if not self.losses:
+            return [], []
+        values = torch.stack(self.losses).float().cpu().tolist()
+        _warn_bad_loss(values, history)
+        history.extend(values)
+        sizes = self.sizes
+        self.losses = []
+        self.sizes = []
+        return values, sizes
+
 # %% ../nbs/03b_recorder.ipynb #72d06981
 class BatchRecorder(Callback):
     "Records every training batch's loss and the hyper-parameters of its step, with one host sync per flush."
-    order = -10  # early: reads the step's LR and momentum, and writes the epoch's row, before other callbacks move or read them
+    order = -10  # early: reads the step's hyper-parameters, and writes the epoch's row, before others move or read them
     unique = True
     flush_every = 4096  # batches kept as tensors before one conversion to floats
 
@@ -93,10 +121,9 @@ class BatchRecorder(Callback):
         self.n_skipped = 0  # steps the engine skipped (inf or NaN gradients)
         self.fits: list[tuple[int, float]] = []  # each fit's first training batch and the β its smoothing uses
         self._step = _StepHypers()
-        self._pending: list[torch.Tensor] = []
-        self._pending_bs: list[int] = []
+        self._pending = _PendingLosses()
         self._summed = False  # whether the loss function sums over the batch: recorded divided by its items
-        self._beta_at_end = False  # True while a fit runs whose length was unknown at its start
+        self._planned = 0  # the training batches the fit under way plans; None if its loop did not say
 
     @property
     def lrs(self) -> list[float]:
@@ -110,9 +137,8 @@ class BatchRecorder(Callback):
 
     def on_train_begin(self):
         self._summed = summed_loss(getattr(self.learn, "loss_func", None))
-        planned = fit_batches(self.learn)
-        self._beta_at_end = planned is None
-        self.fits.append((len(self.losses) + len(self._pending), smoothing_beta(planned)))
+        self._planned = fit_batches(self.learn)
+        self.fits.append((len(self.losses) + len(self._pending), smoothing_beta(self._planned)))
 
     def on_step_end(self):
         self._step.read(self.learn.opt.param_groups)
@@ -122,32 +148,21 @@ class BatchRecorder(Callback):
         self.n_skipped += self.learn.step_skipped
 
     def on_batch_end(self):
-        learn = self.learn
-        if learn.training:
-            yb = learn.yb
-            n = yb.shape[0] if type(yb) is torch.Tensor and yb.ndim else n_items(yb)
-            self._pending.append(learn.loss / n if self._summed else learn.loss)
-            self._pending_bs.append(n)
+        if self.learn.training:
+            n = n_items(self.learn.yb)
             self.hypers.append(self._step.latest)
-            if len(self._pending) >= self.flush_every:
+            if self._pending.add(self.learn.loss / n if self._summed else self.learn.loss, n) >= self.flush_every:
                 self.flush()
 
     def flush(self) -> tuple[list[float], list[int]]:
         "Convert the pending loss tensors to floats in one host sync; return them with their batches' items."
-        values = torch.stack(self._pending).float().cpu().tolist() if self._pending else []
-        sizes = self._pending_bs
-        _warn_bad_loss(values, self.losses)
-        self.losses.extend(values)
-        self._pending = []
-        self._pending_bs = []
-        return values, sizes
+        return self._pending.move_to(self.losses)
 
     def on_train_end(self):
         self.flush()
-        if self._beta_at_end:  # the loop did not say how long the fit was: β from the batches it ran
+        if self._planned is None:  # the loop did not say how long the fit was: β from the batches it ran
             start, _ = self.fits[-1]
             self.fits[-1] = (start, smoothing_beta(len(self.losses) - start))
-            self._beta_at_end = False
 
     def smooth_losses(self, beta: float | None = None) -> list[float]:
         "The batch losses smoothed by `smooth`, afresh for each fit, with its own β (`beta`, if given, for all)."
@@ -168,10 +183,26 @@ def _valid_values(engine, valid_loss, metrics) -> dict | None:
         return None
     return {"valid_loss": _over_ranks(engine, valid_loss)} | {m.name: _over_ranks(engine, m) for m in metrics}
 
-def _weighted_mean(engine, total: float, count: int) -> float:
-    "An item-weighted mean over every process, from each one's sum and count; NaN if no item."
-    total, count = engine.sync_tensor(torch.tensor([total, count], dtype=torch.float64), "sum").tolist()
-    return total / count if count else math.nan
+class _EpochUnderWay:
+    "The epoch being trained: when it began, and the item-weighted sum of its training losses converted so far."
+    def __init__(self, total: float = 0.0, count: int = 0, elapsed: float = 0.0):
+        self.start = time.perf_counter() - elapsed
+        self.total = total  # weighted sum of this epoch's flushed batch losses
+        self.count = count  # and the number of items behind it
+
+    def add(self, values: list[float], sizes: list[int]) -> None:
+        self.total = sum((v * n for v, n in zip(values, sizes)), self.total)
+        self.count += sum(sizes)
+
+    def row(self, learn, metric_names: list[str], last_valid: dict | None) -> dict:
+        "The epoch's row: the training loss over every process, the valid loss and metrics (NaN if none), the time."
+        totals = torch.tensor([self.total, self.count], dtype=torch.float64)
+        total, count = learn.engine.sync_tensor(totals, "sum").tolist()
+        row = {"epoch": learn.epoch, "train_loss": total / count if count else math.nan, "valid_loss": math.nan}
+        row.update({name: math.nan for name in metric_names})
+        row.update(last_valid or {})
+        row["time"] = time.perf_counter() - self.start
+        return row
 
 # %% ../nbs/03b_recorder.ipynb #553a2803
 def smooth(values, beta: float = 0.98) -> list[float]:
@@ -248,23 +279,18 @@ class Recorder(BatchRecorder):
         self.valid_loss = MeanReducer("valid_loss")  # and the learner's metrics: reducers over validation batches
         self.last_valid = None  # the valid loss and metrics of the latest validation pass
         self.metric_names: list[str] = []
-        self.epoch_start = time.perf_counter()
-        self._epoch_total = 0.0  # weighted sum of this epoch's flushed batch losses
-        self._epoch_count = 0  # and the number of items behind it
+        self._epoch = _EpochUnderWay()
 
     def on_train_begin(self):
         super().on_train_begin()
         self.metric_names = [m.name for m in self.learn.metrics]
 
     def on_epoch_begin(self):
-        self.epoch_start = time.perf_counter()
-        self._epoch_total = 0.0
-        self._epoch_count = 0
+        self._epoch = _EpochUnderWay()
 
     def flush(self) -> tuple[list[float], list[int]]:
         values, sizes = super().flush()
-        self._epoch_total = sum((v * n for v, n in zip(values, sizes)), self._epoch_total)
-        self._epoch_count += sum(sizes)
+        self._epoch.add(values, sizes)
         return values, sizes
 
     def on_validate_begin(self):
@@ -288,16 +314,10 @@ class Recorder(BatchRecorder):
 
     def on_epoch_end(self):
         self.flush()
-        train_loss = _weighted_mean(self.learn.engine, self._epoch_total, self._epoch_count)
-        row = {"epoch": self.learn.epoch, "train_loss": train_loss, "valid_loss": math.nan}
-        row.update({name: math.nan for name in self.metric_names})
-        row.update(self.last_valid or {})
-        row["time"] = time.perf_counter() - self.epoch_start
-        self.values.append(row)
+        self.values.append(self._epoch.row(self.learn, self.metric_names, self.last_valid))
         self.epoch_ends.append(len(self.losses))
 
     def state_dict(self) -> dict:
-        "The history as plain data (lists and numbers), for a checkpoint: see `_history_state`."
         return _history_state(self)
 
     def load_state_dict(self, state: dict) -> None:
@@ -327,22 +347,19 @@ def _history_state(rec: Recorder) -> dict:
     return {"losses": torch.tensor(rec.losses, dtype=torch.float64),
             "hypers": [[list(lrs), list(moms)] for lrs, moms in rec.hypers], "n_skipped": rec.n_skipped,
             "values": [dict(r) for r in rec.values], "epoch_ends": list(rec.epoch_ends),
-            "fits": [list(fit) for fit in rec.fits], "epoch_total": rec._epoch_total,
-            "epoch_count": rec._epoch_count, "epoch_elapsed": time.perf_counter() - rec.epoch_start}
+            "fits": [list(fit) for fit in rec.fits], "epoch_total": rec._epoch.total,
+            "epoch_count": rec._epoch.count, "epoch_elapsed": time.perf_counter() - rec._epoch.start}
 
 def _load_history_state(rec: Recorder, state: dict) -> None:
     "`rec.load_state_dict(state)`: the history continues from `state`."
-    rec._pending = []
-    rec._pending_bs = []
+    rec._pending = _PendingLosses()
     rec.losses = state["losses"].tolist()
     rec.hypers = [(tuple(lrs), tuple(moms)) for lrs, moms in state["hypers"]]
     rec.n_skipped = state["n_skipped"]
     rec.values = [dict(r) for r in state["values"]]
     rec.epoch_ends = list(state["epoch_ends"])
     rec.fits = [(int(start), float(beta)) for start, beta in state.get("fits", [])]  # older states: one fit
-    rec._epoch_total = state["epoch_total"]
-    rec._epoch_count = state["epoch_count"]
-    rec.epoch_start = time.perf_counter() - state["epoch_elapsed"]
+    rec._epoch = _EpochUnderWay(state["epoch_total"], state["epoch_count"], state["epoch_elapsed"])
 
 # %% ../nbs/03b_recorder.ipynb #c3b0e0a2
 class OneProcess:
