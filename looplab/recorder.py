@@ -21,8 +21,8 @@ from .metrics import MeanReducer
 from .progress import ProgressCallback  # notebook 03a's table, importable from here too
 
 # %% auto #0
-__all__ = ['n_items', 'summed_loss', 'group_momentum', 'BatchRecorder', 'EpochRecorder', 'smooth', 'smoothing_beta',
-           'fit_batches', 'smooth_fits', 'Recorder', 'OneProcess', 'stand_in_learner']
+__all__ = ['n_items', 'summed_loss', 'group_momentum', 'BatchRecorder', 'smooth', 'smoothing_beta', 'fit_batches', 'smooth_fits',
+           'Recorder', 'OneProcess', 'stand_in_learner']
 
 # %% ../nbs/03b_recorder.ipynb #207e3c26
 def n_items(yb) -> int:
@@ -65,42 +65,65 @@ def _outside_the_kit(level: int) -> int:
     return level
 
 # %% ../nbs/03b_recorder.ipynb #0b1c3ab6
-class _StepHypers(Callback):
-    "The hyper-parameters of the latest optimizer step, read again only when they changed, and the steps skipped."
+class _StepHypers:
+    "The (LR per group, momentum per group) of the latest optimizer step, read again only when they changed."
     def __init__(self):
-        self.n_skipped = 0  # steps the engine skipped (inf or NaN gradients)
-        self._hyper = ((), ())
-        self._hyper_of = (None, None)  # the (lr, momentum or betas) objects `_hyper` was read from
+        self.latest: tuple = ((), ())
+        self._read_from = (None, None)  # the (lr, momentum or betas) objects `latest` was read from
 
-    def on_step_end(self):
-        groups = self.learn.opt.param_groups
+    def read(self, groups: list[dict]) -> tuple:
+        "The hyper-parameters in `groups` (an optimizer's `param_groups`), as one tuple."
         first = groups[0]  # one group is the common case: its values are read again only when a schedule set new ones
         of = (first["lr"], first.get("betas", first.get("momentum"))) if len(groups) == 1 else None
-        if of is None or of[0] is not self._hyper_of[0] or of[1] is not self._hyper_of[1]:
-            self._hyper = (tuple([g["lr"] for g in groups]), tuple([group_momentum(g) for g in groups]))
-            self._hyper_of = of or (None, None)
+        if of is None or of[0] is not self._read_from[0] or of[1] is not self._read_from[1]:
+            self.latest = (tuple([g["lr"] for g in groups]), tuple([group_momentum(g) for g in groups]))
+            self._read_from = of or (None, None)
+        return self.latest
 
-    def on_step_cancel(self):
-        self.on_step_end()
-        self.n_skipped += self.learn.step_skipped
+# %% ../nbs/03b_recorder.ipynb #1702c14e
+class _PendingLosses:
+    "Training losses kept as tensors, with their batches' items, until one host sync converts them all."
+    def __init__(self):
+        self.losses: list[torch.Tensor] = []
+        self.sizes: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.losses)
+
+    def add(self, loss: torch.Tensor, n: int) -> int:
+        "Keep the loss of a batch of `n` items; return how many are pending."
+        self.losses.append(loss)
+        self.sizes.append(n)
+        return len(self.losses)
+
+    def move_to(self, history: list[float]) -> tuple[list[float], list[int]]:
+        "Convert the losses to floats in one host sync and append them to `history`; return them with their items."
+        if not self.losses:
+            return [], []
+        values = torch.stack(self.losses).float().cpu().tolist()
+        _warn_bad_loss(values, history)
+        history.extend(values)
+        sizes = self.sizes
+        self.losses = []
+        self.sizes = []
+        return values, sizes
 
 # %% ../nbs/03b_recorder.ipynb #72d06981
-class BatchRecorder(_StepHypers):
+class BatchRecorder(Callback):
     "Records every training batch's loss and the hyper-parameters of its step, with one host sync per flush."
-    order = -10  # writes the epoch's row before other callbacks read it in on_epoch_end
+    order = -10  # early: reads the step's hyper-parameters, and writes the epoch's row, before others move or read them
     unique = True
     flush_every = 4096  # batches kept as tensors before one conversion to floats
 
     def __init__(self):
-        super().__init__()
         self.losses: list[float] = []  # every training batch, over every fit
         self.hypers: list[tuple] = []  # for each of those batches: (LR per group, momentum per group) of its step
-        self.valid_loss = MeanReducer("valid_loss")  # and the learner's metrics: reducers over validation batches
-        self._pending: list[torch.Tensor] = []
-        self._pending_bs: list[int] = []
-        self._epoch_total = 0.0  # weighted sum of this epoch's flushed batch losses
-        self._epoch_count = 0  # and the number of items behind it
+        self.n_skipped = 0  # steps the engine skipped (inf or NaN gradients)
+        self.fits: list[tuple[int, float]] = []  # each fit's first training batch and the β its smoothing uses
+        self._step = _StepHypers()
+        self._pending = _PendingLosses()
         self._summed = False  # whether the loss function sums over the batch: recorded divided by its items
+        self._planned = 0  # the training batches the fit under way plans; None if its loop did not say
 
     @property
     def lrs(self) -> list[float]:
@@ -114,97 +137,72 @@ class BatchRecorder(_StepHypers):
 
     def on_train_begin(self):
         self._summed = summed_loss(getattr(self.learn, "loss_func", None))
+        self._planned = fit_batches(self.learn)
+        self.fits.append((len(self.losses) + len(self._pending), smoothing_beta(self._planned)))
 
-    on_validate_begin = on_train_begin  # the loss function may have changed between two fits, or before validate()
+    def on_step_end(self):
+        self._step.read(self.learn.opt.param_groups)
+
+    def on_step_cancel(self):
+        self.on_step_end()
+        self.n_skipped += self.learn.step_skipped
 
     def on_batch_end(self):
-        learn = self.learn
-        if learn.training:
-            yb = learn.yb
-            n = yb.shape[0] if type(yb) is torch.Tensor and yb.ndim else n_items(yb)
-            self._pending.append(learn.loss / n if self._summed else learn.loss)
-            self._pending_bs.append(n)
-            self.hypers.append(self._hyper)
-            if len(self._pending) >= self.flush_every:
+        if self.learn.training:
+            n = n_items(self.learn.yb)
+            self.hypers.append(self._step.latest)
+            if self._pending.add(self.learn.loss / n if self._summed else self.learn.loss, n) >= self.flush_every:
                 self.flush()
-        else:
-            n = n_items(learn.yb)
-            self.valid_loss.add(learn.loss / n if self._summed else learn.loss, n)
-            for m in learn.metrics:
-                m.update(learn.preds, learn.yb)
 
-    def flush(self) -> None:
-        "Convert the pending loss tensors to floats in one host sync; accumulate the epoch's weighted sum."
-        if not self._pending:
-            return
-        values = torch.stack(self._pending).float().cpu().tolist()
-        _warn_bad_loss(values, self.losses)
-        self.losses.extend(values)
-        self._epoch_total = sum((v * n for v, n in zip(values, self._pending_bs)), self._epoch_total)
-        self._epoch_count += sum(self._pending_bs)
-        self._pending = []
-        self._pending_bs = []
-
-# %% ../nbs/03b_recorder.ipynb #7fb64cc7
-class EpochRecorder(BatchRecorder):
-    "A BatchRecorder that also writes one row per epoch: train and valid loss, metrics, time."
-    def __init__(self):
-        super().__init__()
-        self.values: list[dict] = []  # one row per completed epoch
-        self.epoch_ends: list[int] = []  # how many training batches were recorded when each epoch ended
-        self.last_valid = None  # the valid loss and metrics of the latest validation pass
-        self.metric_names: list[str] = []
-        self.epoch_start = time.perf_counter()
-
-    def on_train_begin(self):
-        super().on_train_begin()
-        self.metric_names = [m.name for m in self.learn.metrics]
-
-    def on_epoch_begin(self):
-        self.epoch_start = time.perf_counter()
-        self._epoch_total = 0.0
-        self._epoch_count = 0
-
-    def on_validate_begin(self):
-        super().on_validate_begin()
-        self.last_valid = None
-        self.valid_loss.reset()
-        for m in self.learn.metrics:
-            m.reset()
-
-    def on_validate_end(self):
-        engine = self.learn.engine
-        counts = engine.sync_tensor(torch.tensor(float(self.valid_loss.count)), "sum")
-        if counts == 0:
-            return
-        self.last_valid = {"valid_loss": _over_ranks(engine, self.valid_loss)}
-        for m in self.learn.metrics:
-            self.last_valid[m.name] = _over_ranks(engine, m)
-
-    def on_epoch_end(self):
-        self.flush()
-        total, count = self.learn.engine.sync_tensor(torch.tensor([self._epoch_total, self._epoch_count],
-                                                                  dtype=torch.float64), "sum").tolist()
-        row = {"epoch": self.learn.epoch,
-               "train_loss": total / count if count else math.nan,
-               "valid_loss": math.nan}
-        row.update({name: math.nan for name in self.metric_names})
-        if self.last_valid is not None:
-            row.update(self.last_valid)
-        row["time"] = time.perf_counter() - self.epoch_start
-        self.values.append(row)
-        self.epoch_ends.append(len(self.losses))
+    def flush(self) -> tuple[list[float], list[int]]:
+        "Convert the pending loss tensors to floats in one host sync; return them with their batches' items."
+        return self._pending.move_to(self.losses)
 
     def on_train_end(self):
         self.flush()
+        if self._planned is None:  # the loop did not say how long the fit was: β from the batches it ran
+            start, _ = self.fits[-1]
+            self.fits[-1] = (start, smoothing_beta(len(self.losses) - start))
 
-# %% ../nbs/03b_recorder.ipynb #6c68e0f8
+    def smooth_losses(self, beta: float | None = None) -> list[float]:
+        "The batch losses smoothed by `smooth`, afresh for each fit, with its own β (`beta`, if given, for all)."
+        self.flush()
+        return smooth_fits(self.losses, self.fits, beta)
+
+# %% ../nbs/03b_recorder.ipynb #7fb64cc7
 def _over_ranks(engine, reducer) -> float:
     "The value of `reducer` over every process: each one's `per_slot_reduce`, gathered, then `cross_slot_reduce`."
     if engine.world_size == 1:
         return reducer.value()
     mine = torch.tensor(reducer.per_slot_reduce(), dtype=torch.float64)  # counts up to 2**53 stay exact
     return reducer.cross_slot_reduce([slot.tolist() for slot in engine.sync_tensor(mine, "all_gather")])
+
+def _valid_values(engine, valid_loss, metrics) -> dict | None:
+    "The valid loss and metrics of a validation pass, over every process; None if no process validated an item."
+    if engine.sync_tensor(torch.tensor(float(valid_loss.count)), "sum") == 0:
+        return None
+    return {"valid_loss": _over_ranks(engine, valid_loss)} | {m.name: _over_ranks(engine, m) for m in metrics}
+
+class _EpochUnderWay:
+    "The epoch being trained: when it began, and the item-weighted sum of its training losses converted so far."
+    def __init__(self, total: float = 0.0, count: int = 0, elapsed: float = 0.0):
+        self.start = time.perf_counter() - elapsed
+        self.total = total  # weighted sum of this epoch's flushed batch losses
+        self.count = count  # and the number of items behind it
+
+    def add(self, values: list[float], sizes: list[int]) -> None:
+        self.total = sum((v * n for v, n in zip(values, sizes)), self.total)
+        self.count += sum(sizes)
+
+    def row(self, learn, metric_names: list[str], last_valid: dict | None) -> dict:
+        "The epoch's row: the training loss over every process, the valid loss and metrics (NaN if none), the time."
+        totals = torch.tensor([self.total, self.count], dtype=torch.float64)
+        total, count = learn.engine.sync_tensor(totals, "sum").tolist()
+        row = {"epoch": learn.epoch, "train_loss": total / count if count else math.nan, "valid_loss": math.nan}
+        row.update({name: math.nan for name in metric_names})
+        row.update(last_valid or {})
+        row["time"] = time.perf_counter() - self.start
+        return row
 
 # %% ../nbs/03b_recorder.ipynb #553a2803
 def smooth(values, beta: float = 0.98) -> list[float]:
@@ -272,51 +270,58 @@ def _plot_history(rec, ax, log: bool, beta: float | None):
     return ax.figure
 
 # %% ../nbs/03b_recorder.ipynb #210efdbf
-class Recorder(EpochRecorder):
+class Recorder(BatchRecorder):
     "Records every training batch's loss and hyper-parameters, and per epoch the losses, metrics and time."
     def __init__(self):
         super().__init__()
-        self.fits: list[tuple[int, float]] = []  # each fit's first training batch and the β its smoothing uses
-        self._beta_at_end = False  # True while a fit runs whose length was unknown at its start
+        self.values: list[dict] = []  # one row per completed epoch
+        self.epoch_ends: list[int] = []  # how many training batches were recorded when each epoch ended
+        self.valid_loss = MeanReducer("valid_loss")  # and the learner's metrics: reducers over validation batches
+        self.last_valid = None  # the valid loss and metrics of the latest validation pass
+        self.metric_names: list[str] = []
+        self._epoch = _EpochUnderWay()
 
     def on_train_begin(self):
         super().on_train_begin()
-        planned = fit_batches(self.learn)
-        self._beta_at_end = planned is None
-        self.fits.append((len(self.losses) + len(self._pending), smoothing_beta(planned)))
+        self.metric_names = [m.name for m in self.learn.metrics]
 
-    def on_train_end(self):
-        super().on_train_end()
-        if self._beta_at_end:  # the loop did not say how long the fit was: β from the batches it ran
-            start, _ = self.fits[-1]
-            self.fits[-1] = (start, smoothing_beta(len(self.losses) - start))
-            self._beta_at_end = False
+    def on_epoch_begin(self):
+        self._epoch = _EpochUnderWay()
 
-    def smooth_losses(self, beta: float | None = None) -> list[float]:
-        "The batch losses smoothed by `smooth`, afresh for each fit, with its own β (`beta`, if given, for all)."
+    def flush(self) -> tuple[list[float], list[int]]:
+        values, sizes = super().flush()
+        self._epoch.add(values, sizes)
+        return values, sizes
+
+    def on_validate_begin(self):
+        self._summed = summed_loss(getattr(self.learn, "loss_func", None))  # it may have changed since the fit began
+        self.last_valid = None
+        self.valid_loss.reset()
+        for m in self.learn.metrics:
+            m.reset()
+
+    def on_batch_end(self):
+        learn = self.learn
+        if learn.training:
+            return super().on_batch_end()
+        n = n_items(learn.yb)
+        self.valid_loss.add(learn.loss / n if self._summed else learn.loss, n)
+        for m in learn.metrics:
+            m.update(learn.preds, learn.yb)
+
+    def on_validate_end(self):
+        self.last_valid = _valid_values(self.learn.engine, self.valid_loss, self.learn.metrics)
+
+    def on_epoch_end(self):
         self.flush()
-        return smooth_fits(self.losses, self.fits, beta)
+        self.values.append(self._epoch.row(self.learn, self.metric_names, self.last_valid))
+        self.epoch_ends.append(len(self.losses))
 
     def state_dict(self) -> dict:
-        self.flush()
-        return {"losses": torch.tensor(self.losses, dtype=torch.float64),
-                "hypers": [[list(lrs), list(moms)] for lrs, moms in self.hypers], "n_skipped": self.n_skipped,
-                "values": [dict(r) for r in self.values], "epoch_ends": list(self.epoch_ends),
-                "fits": [list(fit) for fit in self.fits], "epoch_total": self._epoch_total,
-                "epoch_count": self._epoch_count, "epoch_elapsed": time.perf_counter() - self.epoch_start}
+        return _history_state(self)
 
     def load_state_dict(self, state: dict) -> None:
-        self._pending = []
-        self._pending_bs = []
-        self.losses = state["losses"].tolist()
-        self.hypers = [(tuple(lrs), tuple(moms)) for lrs, moms in state["hypers"]]
-        self.n_skipped = state["n_skipped"]
-        self.values = [dict(r) for r in state["values"]]
-        self.epoch_ends = list(state["epoch_ends"])
-        self.fits = [(int(start), float(beta)) for start, beta in state.get("fits", [])]  # older states: one fit
-        self._epoch_total = state["epoch_total"]
-        self._epoch_count = state["epoch_count"]
-        self.epoch_start = time.perf_counter() - state["epoch_elapsed"]
+        _load_history_state(self, state)
 
     def plot_loss(self, ax=None, log: bool = False, beta: float | None = None):
         "Plot the batch losses, their smoothed curve (`smooth_losses(beta)`) and the per-epoch validation loss; return the figure."
@@ -334,6 +339,27 @@ def _loss_labels(ax, log: bool) -> None:
         ax.set_yscale("log")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize="small", borderaxespad=0)
     ax.set_title("Loss")
+
+# %% ../nbs/03b_recorder.ipynb #0a0d50a8
+def _history_state(rec: Recorder) -> dict:
+    "`rec.state_dict()`: its pending losses flushed, every field as lists and numbers."
+    rec.flush()
+    return {"losses": torch.tensor(rec.losses, dtype=torch.float64),
+            "hypers": [[list(lrs), list(moms)] for lrs, moms in rec.hypers], "n_skipped": rec.n_skipped,
+            "values": [dict(r) for r in rec.values], "epoch_ends": list(rec.epoch_ends),
+            "fits": [list(fit) for fit in rec.fits], "epoch_total": rec._epoch.total,
+            "epoch_count": rec._epoch.count, "epoch_elapsed": time.perf_counter() - rec._epoch.start}
+
+def _load_history_state(rec: Recorder, state: dict) -> None:
+    "`rec.load_state_dict(state)`: the history continues from `state`."
+    rec._pending = _PendingLosses()
+    rec.losses = state["losses"].tolist()
+    rec.hypers = [(tuple(lrs), tuple(moms)) for lrs, moms in state["hypers"]]
+    rec.n_skipped = state["n_skipped"]
+    rec.values = [dict(r) for r in state["values"]]
+    rec.epoch_ends = list(state["epoch_ends"])
+    rec.fits = [(int(start), float(beta)) for start, beta in state.get("fits", [])]  # older states: one fit
+    rec._epoch = _EpochUnderWay(state["epoch_total"], state["epoch_count"], state["epoch_elapsed"])
 
 # %% ../nbs/03b_recorder.ipynb #c3b0e0a2
 class OneProcess:
