@@ -112,7 +112,7 @@ def test_committed_notebooks_are_in_the_saved_form(path):
 
 def test_the_pictures_are_small():
     """Each picture stays under 256 KB (a dpi or figure size set too high breaks this first), and the whole of nbs/
-    stays a few MB: 45 notebooks (the index among them) with about 100 pictures, 8 MB at most (11d's folds, which
+    stays a few MB: 51 notebooks (the index among them) with about 100 pictures, 8 MB at most (11d's folds, which
     reopen without a kernel, carry each epoch's picture)."""
     for path in TOUR:
         for number, cell in enumerate(nbformat.read(path, as_version=4).cells):
