@@ -62,6 +62,7 @@ class EngineBase:
     world_size = 1
     is_master_process = True  # the one process that prints, draws and writes files
     is_worker_process = False  # any other process
+    amp = None  # the mixed-precision part (an AMP) a DeviceEngine holds; None: full precision, as here
 
     def __init__(self, device=None):
         missing = [name for name in _TENSOR_METHODS if not callable(getattr(self, name, None))]
@@ -253,7 +254,7 @@ class DeviceEngine(Engine):
     def optimizer_step(self, loss, model: nn.Module, optimizer, clip_fn: Callable | None = None,
                        closure: Callable | None = None) -> bool:
         "Clip the gradients with `clip_fn(params)` if given, then step (through `closure`, see `step_closure`); return whether the parameters moved."
-        if self.scaler is not None:  # float16: the AMP unscales, clips, and skips a step that overflowed
+        if self.amp is not None and self.amp.scaler is not None:  # float16: the AMP unscales, clips, may skip
             if closure is not None:
                 raise ValueError(closure_refusal(self, optimizer))
             return self.amp.step(optimizer, clip_fn)
