@@ -17,7 +17,7 @@ from .files import writable_path, atomic_save, read_checkpoint, write_checkpoint
 
 # %% auto #0
 __all__ = ['available_devices', 'resolve_device', 'EngineBase', 'Engine', 'DeviceEngine', 'needs_closure', 'step_closure',
-           'closure_refusal', 'move_optimizer_state', 'check_autocast', 'AMPEngine']
+           'closure_refusal', 'move_optimizer_state', 'check_autocast', 'AMP', 'AMPEngine']
 
 # %% ../nbs/04_engine.ipynb #eff92b36
 def available_devices() -> list[str]:
@@ -62,6 +62,7 @@ class EngineBase:
     world_size = 1
     is_master_process = True  # the one process that prints, draws and writes files
     is_worker_process = False  # any other process
+    amp = None  # the mixed-precision part (an AMP) a DeviceEngine holds; None: full precision, as here
 
     def __init__(self, device=None):
         missing = [name for name in _TENSOR_METHODS if not callable(getattr(self, name, None))]
@@ -103,6 +104,10 @@ class EngineBase:
         model = _uncompiled(model)  # learn.compile wraps outside DDP; a model compiled by hand sits inside
         wrapped = isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel))
         return _uncompiled(model.module) if wrapped else model
+
+    def __repr__(self) -> str:
+        precision = "" if getattr(self, "dtype", None) is None else f"dtype={self.dtype}, "
+        return f"{type(self).__name__}({precision}device={str(self.device)!r})"
 
 # %% ../nbs/04_engine.ipynb #b8443abe
 class Engine(EngineBase):
@@ -164,9 +169,6 @@ class Engine(EngineBase):
     def barrier(self) -> None:
         "Wait until every process gets here: one process has nobody to wait for."
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(device={str(self.device)!r})"
-
 # %% ../nbs/04_engine.ipynb #ed04c945
 def _load_optimizer(optimizer, state: dict) -> None:
     "`optimizer.load_state_dict(state)`, then every state tensor back in the dtype it was saved with."
@@ -206,23 +208,34 @@ def _written_on_master(engine, write: Callable) -> None:
 # %% ../nbs/04_engine.ipynb #89d73701
 _FULL_PRECISION = contextlib.nullcontext()  # reusable: entering it does nothing, so one serves every batch
 
+def _on_device(x, device: torch.device):
+    "`x` on `device`: a tensor, a module, or any tuple/list/dict nesting of them; anything else as it is."
+    if isinstance(x, torch.Tensor):
+        return x if x.device == device else x.to(device, non_blocking=True)
+    if isinstance(x, (list, tuple)):  # tensors already in place are kept without a call: the common batch
+        moved = [v if isinstance(v, torch.Tensor) and v.device == device else _on_device(v, device) for v in x]
+        if type(x) in (list, tuple):
+            return moved if type(x) is list else tuple(moved)
+        return type(x)(*moved) if hasattr(x, "_fields") else type(x)(moved)  # a namedtuple takes fields as arguments
+    if isinstance(x, dict):
+        return type(x)((k, _on_device(v, device)) for k, v in x.items())
+    if isinstance(x, nn.Module):
+        return x.to(device)
+    return x
+
 # %% ../nbs/04_engine.ipynb #644e9412
 class DeviceEngine(Engine):
-    "One process on one device (`None`: CUDA, then MPS, then CPU), in full precision."
+    "One process on one device (`None`: CUDA, then MPS, then CPU); in full precision, or in `dtype` through its `AMP`."
+    def __init__(self, device=None, dtype: torch.dtype | None = None, init_scale: float = 2.0**16):
+        super().__init__(device)
+        self.amp = None if dtype is None else AMP(dtype, self.device, init_scale)  # the precision part: None is full
+
+    dtype = property(lambda self: None if self.amp is None else self.amp.dtype, doc="The mixed-precision dtype, or None.")
+    scaler = property(lambda self: None if self.amp is None else self.amp.scaler, doc="float16's GradScaler, or None.")
+
     def sync_device(self, x):
         "`x` on this engine's device: a tensor, a module, or any tuple/list/dict nesting of them."
-        if isinstance(x, torch.Tensor):
-            return x if x.device == self.device else x.to(self.device, non_blocking=True)
-        if isinstance(x, (list, tuple)):  # tensors already in place are kept without a call: the common batch
-            moved = [v if isinstance(v, torch.Tensor) and v.device == self.device else self.sync_device(v) for v in x]
-            if type(x) in (list, tuple):
-                return moved if type(x) is list else tuple(moved)
-            return type(x)(*moved) if hasattr(x, "_fields") else type(x)(moved)  # a namedtuple takes fields as arguments
-        if isinstance(x, dict):
-            return type(x)((k, self.sync_device(v)) for k, v in x.items())
-        if isinstance(x, nn.Module):
-            return x.to(self.device)
-        return x
+        return _on_device(x, self.device)
 
     def sync_tensor(self, t: torch.Tensor, mode: str):
         "`t` combined over processes (`'sum'`, `'mean'`, or `'all_gather'`: one per rank); one process here."
@@ -231,16 +244,20 @@ class DeviceEngine(Engine):
         return [t] if mode == "all_gather" else t
 
     def autocast(self):
-        "The context of forward and loss: full precision, so nothing."
-        return _FULL_PRECISION
+        "The context of forward and loss: the AMP's autocast, or nothing in full precision."
+        return _FULL_PRECISION if self.amp is None else self.amp.autocast()
 
     def backward_loss(self, loss: torch.Tensor, model: nn.Module, optimizer, sync_grads: bool = True) -> None:
-        "Backpropagate `loss`; `sync_grads=False` (accumulation batches) lets a DDP engine skip its all-reduce."
-        loss.backward()
+        "Backpropagate `loss` (scaled in float16); `sync_grads=False` (accumulation batches) lets DDP skip its all-reduce."
+        (loss if self.amp is None else self.amp.scale(loss)).backward()
 
     def optimizer_step(self, loss, model: nn.Module, optimizer, clip_fn: Callable | None = None,
                        closure: Callable | None = None) -> bool:
         "Clip the gradients with `clip_fn(params)` if given, then step (through `closure`, see `step_closure`); return whether the parameters moved."
+        if self.amp is not None and self.amp.scaler is not None:  # float16: the AMP unscales, clips, may skip
+            if closure is not None:
+                raise ValueError(closure_refusal(self, optimizer))
+            return self.amp.step(optimizer, clip_fn)
         if clip_fn is not None:
             clip_fn([p for group in optimizer.param_groups for p in group["params"]])
         if closure is None:
@@ -252,6 +269,13 @@ class DeviceEngine(Engine):
     def zero_grad(self, loss, model: nn.Module, optimizer) -> None:
         "Forget the gradients (set them to None)."
         optimizer.zero_grad()
+
+    def state_dict(self) -> dict:
+        return {} if self.amp is None else self.amp.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.amp is not None:
+            self.amp.load_state_dict(state)
 
     def with_precision(self, dtype: torch.dtype) -> Engine:
         "This engine in mixed precision `dtype` (float16 or bfloat16): the same device, the same processes."
@@ -324,30 +348,25 @@ def check_autocast(device: torch.device, dtype: torch.dtype) -> None:
                          f"({torch.__version__}); use the other dtype or another device")
 
 # %% ../nbs/04_engine.ipynb #08fbd825
-class AMPEngine(DeviceEngine):
-    "Forward and loss under `torch.autocast(dtype)`; for float16, a `GradScaler` that scales, unscales and skips."
-    def __init__(self, dtype: torch.dtype = torch.float16, device=None, init_scale: float = 2.0**16):
-        super().__init__(device)
-        check_autocast(self.device, dtype)
+class AMP:
+    "Mixed precision, a part an engine holds: forward and loss under `torch.autocast(dtype)`; for float16 a `GradScaler`."
+    def __init__(self, dtype: torch.dtype, device: torch.device, init_scale: float = 2.0**16):
+        check_autocast(device, dtype)
         self.dtype = dtype
+        self.device_type = device.type
         use_scaler = dtype == torch.float16
-        self.scaler = torch.amp.GradScaler(self.device.type, init_scale=init_scale) if use_scaler else None
+        self.scaler = torch.amp.GradScaler(device.type, init_scale=init_scale) if use_scaler else None
 
     def autocast(self):
         "Forward and loss in `self.dtype` where it is safe; torch keeps the rest in float32."
-        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
-    def backward_loss(self, loss: torch.Tensor, model: nn.Module, optimizer, sync_grads: bool = True) -> None:
-        "Backpropagate the scaled loss (float16), so that small gradients survive."
-        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        "The loss to backpropagate: scaled in float16, so that small gradients survive."
+        return loss if self.scaler is None else self.scaler.scale(loss)
 
-    def optimizer_step(self, loss, model: nn.Module, optimizer, clip_fn: Callable | None = None,
-                       closure: Callable | None = None) -> bool:
-        "Unscale, clip the true gradients, step unless they hold inf/NaN; return whether the parameters moved."
-        if self.scaler is None:
-            return super().optimizer_step(loss, model, optimizer, clip_fn, closure)
-        if closure is not None:
-            raise ValueError(closure_refusal(self, optimizer))
+    def step(self, optimizer, clip_fn: Callable | None = None) -> bool:
+        "float16: unscale, clip the true gradients, step unless they hold inf/NaN; return whether the parameters moved."
         self.scaler.unscale_(optimizer)
         if clip_fn is not None:
             clip_fn([p for group in optimizer.param_groups for p in group["params"]])
@@ -367,5 +386,8 @@ class AMPEngine(DeviceEngine):
         if self.scaler is not None:
             self.scaler.load_state_dict(state["scaler"])
 
-    def __repr__(self) -> str:
-        return f"AMPEngine(dtype={self.dtype}, device={str(self.device)!r})"
+
+class AMPEngine(DeviceEngine):
+    "A `DeviceEngine` in mixed precision `dtype`: it holds an `AMP` (autocast; for float16 a `GradScaler`)."
+    def __init__(self, dtype: torch.dtype = torch.float16, device=None, init_scale: float = 2.0**16):
+        super().__init__(device, dtype=dtype, init_scale=init_scale)

@@ -31,7 +31,8 @@ __all__ = ['PROCESS_GROUP_ENV', 'ENGINES', 'APEX_EQUIVALENTS', 'DataParallelEngi
 # %% ../nbs/13_engines.ipynb #8ca90cd8
 class DataParallelEngine(DeviceEngine):
     "Several GPUs in one process with `nn.DataParallel`; on a machine with one device or none, that one device."
-    def __init__(self, device_ids: list[int] | None = None, **precision):
+    def __init__(self, device_ids: list[int] | None = None, dtype: torch.dtype | None = None,
+                 init_scale: float = 2.0**16):
         n_gpus = torch.cuda.device_count()
         if device_ids is None:
             device_ids = list(range(n_gpus))
@@ -41,7 +42,7 @@ class DataParallelEngine(DeviceEngine):
                              f"got {device_ids}")
         self.device_ids = list(device_ids)
         device = f"cuda:{device_ids[0]}" if device_ids else None
-        super().__init__(device=device, **precision)
+        super().__init__(device=device, dtype=dtype, init_scale=init_scale)
         if len(self.device_ids) < 2:
             warnings.warn(f"{type(self).__name__}: {len(self.device_ids)} CUDA device(s) to use here, so it runs "
                           f"on {self.device} alone, without nn.DataParallel", stacklevel=2)
@@ -60,17 +61,15 @@ class DataParallelEngine(DeviceEngine):
         return DataParallelAMPEngine(dtype, device_ids=self.device_ids)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(device_ids={self.device_ids})"
+        precision = "" if self.dtype is None else f"dtype={self.dtype}, "
+        return f"{type(self).__name__}({precision}device_ids={self.device_ids})"
 
 # %% ../nbs/13_engines.ipynb #141577b6
-class DataParallelAMPEngine(DataParallelEngine, AMPEngine):
-    "`DataParallelEngine` in mixed precision: autocast in `dtype`, and a gradient scaler for float16."
+class DataParallelAMPEngine(DataParallelEngine):
+    "`DataParallelEngine` in mixed precision: it holds an `AMP` (autocast in `dtype`; for float16 a gradient scaler)."
     def __init__(self, dtype: torch.dtype = torch.float16, device_ids: list[int] | None = None,
                  init_scale: float = 2.0**16):
         super().__init__(device_ids=device_ids, dtype=dtype, init_scale=init_scale)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(dtype={self.dtype}, device_ids={self.device_ids})"
 
 # %% ../nbs/13_engines.ipynb #90307d2b
 PROCESS_GROUP_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -166,7 +165,9 @@ class ProcessGroupEngine(DeviceEngine):
         super().load_state_dict({k: v for k, v in state.items() if k != "world_size"})  # the world may change
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size}, device={str(self.device)!r})"
+        precision = "" if self.dtype is None else f"dtype={self.dtype}, "
+        return (f"{type(self).__name__}({precision}rank={self.rank}, world_size={self.world_size}, "
+                f"device={str(self.device)!r})")
 
 # %% ../nbs/13_engines.ipynb #2ebf9dda
 class ShardedBatchSampler:
@@ -291,8 +292,8 @@ class DistributedDataParallelEngine(ProcessGroupEngine):
             model.require_backward_grad_sync = sync_grads  # the flag no_sync() clears; DDP reads it in forward
 
 # %% ../nbs/13_engines.ipynb #de9098a6
-class DistributedDataParallelAMPEngine(DistributedDataParallelEngine, AMPEngine):
-    "`DistributedDataParallelEngine` in mixed precision: autocast in `dtype`, a gradient scaler for float16."
+class DistributedDataParallelAMPEngine(DistributedDataParallelEngine):
+    "`DistributedDataParallelEngine` in mixed precision: it holds an `AMP` (autocast in `dtype`, float16's scaler)."
     def __init__(self, dtype: torch.dtype = torch.float16, device=None, init_scale: float = 2.0**16,
                  backend: str | None = None, sync_bn: bool = False, timeout_s: float = 300.0):
         super().__init__(device=device, backend=backend, sync_bn=sync_bn, timeout_s=timeout_s, dtype=dtype,

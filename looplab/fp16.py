@@ -10,7 +10,6 @@ from torch import nn
 
 from .callback import Callback, CancelStepException
 from .checks import check_int, check_number
-from .engine import AMPEngine
 
 # %% auto #0
 __all__ = ['check_half', 'LossScale', 'half_model', 'rebind_optimizer', 'grads_to_masters', 'copy_values', 'rebind_learner_opts',
@@ -129,9 +128,9 @@ class _MasterWeights(Callback):
 
     def on_train_begin(self):
         learn = self.learn
-        if isinstance(learn.engine, AMPEngine):
+        if getattr(learn.engine, "dtype", None) is not None:  # an engine holding an AMP part: AMPEngine, DP, DDP
             raise ValueError(f"MixedPrecision does by hand what {learn.engine!r} does with torch.amp: use one of "
-                             "them, with a DeviceEngine for MixedPrecision")
+                             "them, with a full-precision DeviceEngine for MixedPrecision")
         if learn.closure_opts:
             raise ValueError(f"{type(learn.closure_opts[0]).__name__} evaluates the loss again inside its step, and MixedPrecision copies the "
                              "scaled half gradients to the fp32 masters once, before the step: train it in full "

@@ -31,7 +31,7 @@ def build_learner(stop_at=None, ckpt=None) -> Learner:
     switcher = FixedGANSwitcher(3, 2) if trainer_cls.alternates else None
     learn = gan_learner(mlp(2, 2), mlp(2, 1), dls, switcher=switcher, cbs=[GANColumns(), StopAt(stop_at, ckpt)],
                         trainer_cls=trainer_cls, engine=AMPEngine(torch.float16, device="cpu", init_scale=2.0**10))
-    learn.engine.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3)  # so the scale moves
+    learn.engine.amp.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3)  # so the scale moves
     learn.remove_cbs(learn.progress)
     return learn
 

@@ -1,12 +1,15 @@
 """The engines of notebook 13, method by method: in real gloo processes for DDP, in this process otherwise."""
+from contextlib import nullcontext
+
 import pytest
 import torch
 from torch import nn
 
 import dist_workers as w
+import looplab.engines as engines_module
 from looplab.distributed import ShardedBatchSampler, launch, shard_dls
 from looplab.data import DataLoaders, EpochBatchSampler, load_digits
-from looplab.engine import AMPEngine, DeviceEngine
+from looplab.engine import AMP, AMPEngine, DeviceEngine
 from looplab.engines import (APEX_EQUIVALENTS, ENGINES, DataParallelAMPEngine, DataParallelEngine,
                              DistributedDataParallelAMPEngine, DistributedDataParallelEngine, PROCESS_GROUP_ENV,
                              get_engine, process_group_env)
@@ -102,3 +105,38 @@ def test_shard_dls_deals_every_item_once():
     assert again.train.batch_sampler.batch_sampler is dls.train.batch_sampler
     with pytest.raises(TypeError, match="under DDP, dls.train must be a DataLoader"):
         shard_dls(DataLoaders([(torch.zeros(2, 64), torch.zeros(2))]), 0, 2)
+
+
+def test_precision_is_a_part_every_engine_holds_not_a_second_parent(monkeypatch):
+    "One parent each; `dtype` builds an AMP part in any engine; the AMP names build the same engine; no isinstance."
+    assert AMPEngine.__bases__ == (DeviceEngine,)
+    assert DataParallelAMPEngine.__bases__ == (DataParallelEngine,)
+    assert DistributedDataParallelAMPEngine.__bases__ == (DistributedDataParallelEngine,)
+    full = DeviceEngine("cpu")
+    assert (full.amp, full.dtype, full.scaler, full.state_dict()) == (None, None, None, {})
+    for dtype, scaled in ((torch.bfloat16, False), (torch.float16, True)):
+        try:
+            held, named = DeviceEngine("cpu", dtype=dtype, init_scale=2.0**8), AMPEngine(dtype, "cpu", 2.0**8)
+        except ValueError:  # float16 autocast is missing on this CPU: AMP refuses it, as AMPEngine did
+            continue
+        assert type(held.amp) is type(named.amp) is AMP and held.dtype == named.dtype == dtype
+        assert (held.scaler is not None) is (named.scaler is not None) is scaled
+        assert held.state_dict().keys() == named.state_dict().keys() == ({"scaler"} if scaled else set())
+        assert repr(held) == f"DeviceEngine(dtype={dtype}, device='cpu')" and repr(named).startswith("AMPEngine(dtype=")
+    with pytest.warns(UserWarning) if torch.cuda.device_count() < 2 else nullcontext():
+        dp = DataParallelEngine(dtype=torch.bfloat16)  # the plain name with a dtype: accepted, as DeviceEngine's
+    assert dp.dtype == torch.bfloat16 and type(dp.amp) is AMP and not isinstance(dp, AMPEngine)
+    assert repr(dp).startswith("DataParallelEngine(dtype=torch.bfloat16, device_ids=")
+    with pytest.warns(UserWarning) if torch.cuda.device_count() < 2 else nullcontext():
+        assert type(dp.with_precision(torch.bfloat16)) is DataParallelAMPEngine
+    joined = []
+    monkeypatch.setattr(engines_module, "_join_process_group", lambda *args: joined.append(args))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match="dtype must be torch.float16 or torch.bfloat16, got torch.float32"):
+        DistributedDataParallelAMPEngine(torch.float32, device="cpu")
+    assert joined == []  # refused before the process group is joined: no rank waits for this one
+    ddp = DistributedDataParallelAMPEngine(torch.bfloat16, device="cpu")
+    assert len(joined) == 1 and ddp.dtype == torch.bfloat16 and ddp.state_dict() == {"world_size": 2}

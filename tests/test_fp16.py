@@ -1,5 +1,6 @@
 "Mixed precision by hand (looplab.fp16): dynamic scaling, masters, accuracy, recorded loss, resume in a new process."
 import random
+import warnings
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,8 @@ from torch import nn
 
 from helpers import digits_learner, run_worker
 from looplab.callback import Callback, CallbackError, CancelStepException, CancelZeroGradException
-from looplab.engine import AMPEngine
+from looplab.engine import AMPEngine, DeviceEngine
+from looplab.engines import DataParallelAMPEngine
 from looplab.fp16 import LossScale, MixedPrecision, check_half
 from looplab.learner import Learner
 from looplab.metrics import Accuracy
@@ -167,6 +169,13 @@ def test_bad_input_is_a_clear_error(monkeypatch):
     learn = learner([MixedPrecision()], engine=AMPEngine(torch.bfloat16, device="cpu"))
     with pytest.raises(CallbackError, match="ValueError: MixedPrecision does by hand what AMPEngine.*use one of them"):
         learn.fit(1)
+    with warnings.catch_warnings():  # DataParallelEngine on a machine without two GPUs says so
+        warnings.simplefilter("ignore")
+        held = [DeviceEngine("cpu", dtype=torch.bfloat16), DataParallelAMPEngine(torch.bfloat16)]
+    for engine in held:  # every engine that holds an AMP part, whatever its class: not only AMPEngine's subclasses
+        learn = learner([MixedPrecision()], engine=engine)
+        with pytest.raises(CallbackError, match=rf"MixedPrecision does by hand what {type(engine).__name__}\(dtype="):
+            learn.fit(1)
 
     def no_half(*args, **kwargs):
         raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\'')
