@@ -268,7 +268,36 @@ def started(command: list[str], grace: float = 20.0, **kwargs) -> Iterator[subpr
 
 
 def run(command: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    "`subprocess.run(command, capture_output=True, text=True)`; a timeout or an interrupt ends the child's children too."
-    with started(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as proc:
-        stdout, stderr = proc.communicate(timeout=timeout)
+    """`subprocess.run(command, capture_output=True, text=True)`; a timeout or an interrupt ends the child's children too.
+    Python processes run with `faulthandler` on, so that a timeout fails with where each of them was stuck."""
+    env = {**kwargs.pop("env", os.environ), "PYTHONFAULTHANDLER": "1"}
+    with started(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kwargs) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise StillRunning(command, timeout, *python_stacks(proc)) from None
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+class StillRunning(AssertionError):
+    "`run`'s command outlived its timeout: the message shows its processes, their Python stacks and their output."
+    def __init__(self, command: list[str], timeout: float, processes: dict[int, str], stdout: str, stderr: str):
+        listed = "\n".join(f"  {pid}: {line[:200]}" for pid, line in sorted(processes.items()))
+        super().__init__(f"{' '.join(map(str, command))[:300]}\nstill running after {timeout:g} s; its processes "
+                         f"then:\n{listed}\n-- stdout (end):\n{stdout[-3000:]}\n-- stderr (end; with each Python "
+                         f"process's stack):\n{stderr[-12000:]}")
+
+
+def python_stacks(proc: subprocess.Popen, wait: float = 10.0) -> tuple[dict[int, str], str, str]:
+    """The processes of `proc`'s family still alive; then their output so far, with the Python stack of each one
+    `faulthandler` is on in (SIGABRT makes it print them; the processes end there)."""
+    members = alive(family(proc.pid))
+    for pid, line in members.items():
+        if "python" in line or "torchrun" in line:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGABRT)
+    try:
+        stdout, stderr = proc.communicate(timeout=wait)
+    except subprocess.TimeoutExpired:  # a process that ignores SIGABRT: ended by `started`, its output not read
+        stdout, stderr = "", "(no output: the processes did not end on SIGABRT)"
+    return members, stdout or "", stderr or ""
