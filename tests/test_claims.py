@@ -42,6 +42,17 @@ def test_cells_without_asserts_and_magics_are_left_as_written():
     assert claims.instrument("%timeit 1 + 1", cell=0) == "%timeit 1 + 1"
 
 
+def test_an_exported_cell_keeps_its_asserts_a_notebook_cell_does_not():
+    body = "def refuses(ok):\n    assert ok, 'raised on purpose'\n    return ok\n"
+    exported = claims.instrument("#| export\n" + body, cell=3)
+    assert exported == "#| export\n" + body  # the library's own assert: it must still raise for the caller
+    ns = {}
+    exec(exported, ns)
+    with pytest.raises(AssertionError, match="on purpose"):
+        ns["refuses"](False)
+    assert claims.RECORD in claims.instrument(body, cell=3)  # a notebook's helper: its assert is a claim
+
+
 def test_the_star_grid_changes_one_axis_at_a_time():
     runs = claims.perturbations([0, 1], [1, 2], ["default", "avx2"], "star")
     base = runs[0]
