@@ -32,9 +32,11 @@ def ring_mlp(n_in: int, n_out: int, hidden: int = 128) -> nn.Sequential:
     return nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_out))
 
 def samples(generator: nn.Module, n: int = 1000, seed: int = 1) -> torch.Tensor:
-    "The generator's output on `n` fixed noise vectors."
+    "The generator's output, on the CPU, for `n` noise vectors drawn on the CPU: the same ones on any device."
+    z = torch.randn(n, 2, generator=torch.Generator().manual_seed(seed))
+    weights = list(generator.parameters()) if isinstance(generator, nn.Module) else []  # or a plain function
     with torch.no_grad():
-        return generator(torch.randn(n, 2, generator=torch.Generator().manual_seed(seed)))
+        return generator(z.to(weights[0].device if weights else "cpu")).cpu()
 
 def mode_shares(generator: nn.Module, std: float = 0.1, radius: float = 2.0, n_modes: int = 8) -> torch.Tensor:
     "The share of 1,000 samples within 3 std of each of the ring's modes, counterclockwise from (radius, 0)."

@@ -147,3 +147,27 @@ def test_standard_columns_are_probabilities_and_wgan_columns_are_named_as_scores
     assert not any(name in row for name in ("D(x)", "D(G(z))"))
     assert row["critic(x)"] == pytest.approx(float(torch.stack([b[0] for b in wcols.batches]).mean()), rel=1e-6)
     assert all(b[2] is None for b in wcols.batches) and SCORE_COLUMNS[2] == "critic(x)"
+
+
+def test_samples_reach_the_generator_on_its_device_and_come_back_on_the_cpu():
+    from looplab.gan import mode_shares, samples
+
+    class Elsewhere(nn.Module):
+        "A generator whose weights live on another device (`meta` stands in for a GPU here)."
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.empty(2, device="meta"))
+            self.seen = None
+
+        def forward(self, z):
+            self.seen = z.device
+            return torch.tensor([2.0, 0.0]).expand(len(z), 2)  # the ring's first mode, whatever the noise
+
+    away = Elsewhere()
+    out = samples(away, 10)
+    assert away.seen == torch.device("meta") and out.device == torch.device("cpu") and out.shape == (10, 2)
+    assert mode_shares(away, radius=2.0).tolist() == [1.0] + [0.0] * 7  # every sample on mode 0, counted on the CPU
+    torch.manual_seed(0)
+    plain = mlp(2, 2)
+    z = torch.randn(10, 2, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(samples(plain, 10), plain(z).detach())  # the same noise as drawn by hand
