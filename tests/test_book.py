@@ -181,6 +181,21 @@ def test_the_book_writes_math_as_mathml_and_leaves_dollars_alone():
         make_docs.markdown_html("the $\\foo x$ here")
 
 
+def test_the_book_refuses_to_empty_a_folder_it_did_not_write(tmp_path):
+    "Building empties its folder first: a folder of other files, or a file, is refused before anything is removed."
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    for out in (mine, mine / "keep.txt"):
+        with pytest.raises(SystemExit, match="has no pages.json.*pass a new or empty folder"):
+            make_docs.build(out)
+    assert (mine / "keep.txt").read_text() == "mine"
+    (tmp_path / "book" / "old").mkdir(parents=True)  # a book written before: its pages.json says so
+    (tmp_path / "book" / "pages.json").write_text("[]")
+    make_docs.refuse_to_empty(tmp_path / "book")  # no refusal
+    make_docs.refuse_to_empty(tmp_path / "new")
+
+
 def test_book_math_renders_and_nothing_is_fetched_from_the_network(book):
     "No page's prose shows raw `$…$` TeX; 09's page draws its math as MathML; every request stays on the book's server."
     require_chromium("the book's browser test")

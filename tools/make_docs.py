@@ -1,6 +1,6 @@
 """Build the HTML book of the tour into settings.ini's `doc_path` (`_docs/`), from the committed notebooks.
 
-Usage: make_docs.py [OUT_DIR]
+Usage: make_docs.py [OUT_DIR]   (OUT_DIR: new, empty, or a book this tool wrote before; it is emptied first)
 
 - `index.html`: nbs/index.ipynb (the map), its notebook and module names linked;
 - one page per notebook, as JupyterLab shows it with its committed outputs (nbconvert's lab template), with
@@ -319,6 +319,15 @@ def appendix(exp: HTMLExporter, out: Path, keys: list[Path], stems: set[str], mo
     return written
 
 
+def refuse_to_empty(out: Path) -> None:
+    "Stop unless `out` is new, empty, or a book this tool wrote (its `pages.json`): building empties the folder first."
+    if out.resolve() == (ROOT / settings()["doc_path"]).resolve():
+        return  # the book's own folder
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "pages.json").is_file())):
+        raise SystemExit(f"{out} is not a folder this tool wrote a book into (it has no pages.json), and building "
+                         "empties the folder first: pass a new or empty folder, or the book's own (_docs/)")
+
+
 def build(out: Path) -> list[Path]:
     "Write the book into `out` (emptied first); return the pages written."
     nbs = sorted(p for p in (ROOT / settings()["nbs_path"]).glob("*.ipynb") if not p.name.startswith(("_", ".")))
@@ -326,6 +335,7 @@ def build(out: Path) -> list[Path]:
     chapters = [p for p in nbs if p.stem != "index"]
     if not index or not chapters:
         raise SystemExit(f"no index.ipynb or no notebooks in {settings()['nbs_path']}/")
+    refuse_to_empty(out)
     if out.exists():
         shutil.rmtree(out)
     (out / "api").mkdir(parents=True)
@@ -375,6 +385,12 @@ def build(out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+        sys.exit(0)
+    if len(sys.argv) > 2 or (len(sys.argv) == 2 and sys.argv[1].startswith("-")):
+        raise SystemExit(f"make_docs.py takes one argument, the book's folder, got {sys.argv[1:]}; usage: "
+                         "make_docs.py [OUT_DIR]")
     target = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / settings()["doc_path"]
     started = time.perf_counter()
     pages = build(target)
