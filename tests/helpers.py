@@ -270,7 +270,7 @@ def started(command: list[str], grace: float = 20.0, **kwargs) -> Iterator[subpr
 def run(command: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
     """`subprocess.run(command, capture_output=True, text=True)`; a timeout or an interrupt ends the child's children too.
     Python processes run with `faulthandler` on, so that a timeout fails with where each of them was stuck."""
-    env = {**kwargs.pop("env", os.environ), "PYTHONFAULTHANDLER": "1"}
+    env = {**(kwargs.pop("env", None) or os.environ), "PYTHONFAULTHANDLER": "1"}
     with started(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kwargs) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
